@@ -1,0 +1,237 @@
+"""Input validation shared by the launchers: every error names the argument and the rule.
+
+Nothing here launches a kernel; the checks turn the public arguments into the flat
+``[T, H, D]`` views and strides the launchers pass on.
+"""
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+import torch
+
+from .mrope import LAYOUTS, axis_map_tensor
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+STYLES = ("neox", "gptj")
+WEIGHT_MODES = ("plain", "offset")
+MAX_HEAD_DIM = 512
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels on the CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_tensor(name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def check_device(name: str, x: torch.Tensor, device: torch.device) -> None:
+    if x.device != device:
+        raise ValueError(f"{name} is on {x.device}, expected {device} (the device of q)")
+
+
+def check_launchable(name: str, x: torch.Tensor) -> None:
+    if x.device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"{name} is on {x.device}: the Triton kernels run on a CUDA device, or on the "
+            "CPU only under the interpreter (set TRITON_INTERPRET=1 before importing)"
+        )
+
+
+def as_rows(name: str, x: object, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x: [..., H, D]`` as a ``[T, H, D]`` view (no copy), the token dims merged."""
+    x = check_tensor(name, x)
+    if x.dtype not in DTYPES:
+        raise TypeError(f"{name}.dtype must be one of bfloat16, float16, float32; got {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(f"{name}.dtype ({x.dtype}) must equal q.dtype ({dtype})")
+    if x.dim() < 3:
+        raise ValueError(f"{name} must be [..., H, D] with at least one token dim, "
+                         f"got shape {tuple(x.shape)}")
+    H, D = x.shape[-2:]
+    if D % 2 or not 2 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"{name}.shape[-1] (head_dim {D}) must be even and in [2, {MAX_HEAD_DIM}]")
+    if x.stride(-1) != 1 and x.numel() > 0:
+        raise ValueError(f"{name}.stride(-1) must be 1 (channels contiguous), got {x.stride(-1)}")
+    try:
+        return x.view(prod(x.shape[:-2]), H, D)
+    except RuntimeError:
+        raise ValueError(
+            f"{name}'s token dims {tuple(x.shape[:-2])} with strides {tuple(x.stride()[:-2])} "
+            "cannot be merged into one token stride without a copy"
+        ) from None
+
+
+def check_weight(name: str, w: object, D: int, device: torch.device) -> torch.Tensor:
+    w = check_tensor(name, w)
+    if w.dtype not in DTYPES:
+        raise TypeError(f"{name}.dtype must be one of bfloat16, float16, float32; got {w.dtype}")
+    if w.shape != (D,):
+        raise ValueError(f"{name}.shape {tuple(w.shape)} must be ({D},), the head_dim")
+    if w.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous, got stride {w.stride(0)}")
+    check_device(name, w, device)
+    return w
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def check_eps(eps: object) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    if not 0.0 <= float(eps) < float("inf"):
+        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    return float(eps)
+
+
+def out_rows(name: str, out: object, like: torch.Tensor) -> torch.Tensor:
+    """The ``[T, H, D]`` view of an output buffer that must match ``like``'s shape and dtype."""
+    out = check_tensor(name, out)
+    if out.shape != like.shape:
+        raise ValueError(f"{name}.shape {tuple(out.shape)} must equal {tuple(like.shape)}")
+    check_device(name, out, like.device)
+    return as_rows(name, out, like.dtype)
+
+
+@dataclass(frozen=True)
+class RopeCall:
+    """The resolved arguments of one rotation of q and k (flat views, ints, flags)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    q_out: torch.Tensor
+    k_out: torch.Tensor
+    q_result: torch.Tensor
+    k_result: torch.Tensor
+    positions: torch.Tensor  # [axes, T]; one axis unless MRoPE
+    cos_sin_cache: torch.Tensor
+    axis_map: torch.Tensor | None
+    rotary_dim: int
+    neox: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.q.shape[0]
+
+
+def _positions(positions: object, lead: tuple[int, ...], device: torch.device,
+               mrope: bool) -> torch.Tensor:
+    positions = check_tensor("positions", positions)
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"positions.dtype must be int32 or int64, got {positions.dtype}")
+    check_device("positions", positions, device)
+    T = prod(lead)
+    shapes = [(3, *lead), (3, T)] if mrope else [lead, (T,)]
+    if tuple(positions.shape) not in shapes:
+        want = " or ".join(str(list(s)) for s in dict.fromkeys(shapes))
+        what = "MRoPE positions (mrope_section is set)" if mrope else "positions"
+        raise ValueError(f"{what} must have shape {want}, got {list(positions.shape)}")
+    try:
+        return positions.view(3 if mrope else 1, T)
+    except RuntimeError:
+        raise ValueError(f"positions' token dims with strides {positions.stride()} cannot be "
+                         "merged into one token stride without a copy") from None
+
+
+def _check_position_range(positions: torch.Tensor, max_pos: int,
+                          check_positions: bool | None) -> None:
+    capturing = positions.is_cuda and torch.cuda.is_current_stream_capturing()
+    if check_positions is None:
+        check_positions = not capturing
+    if not check_positions or positions.numel() == 0:
+        return
+    if capturing:
+        raise ValueError("check_positions=True reads the positions back to the host, which "
+                         "CUDA graph capture forbids; pass check_positions=False")
+    lo, hi = (int(v) for v in torch.aminmax(positions))
+    if lo < 0 or hi >= max_pos:
+        raise ValueError(f"positions must lie in [0, {max_pos}) (the rows of cos_sin_cache), "
+                         f"found values in [{lo}, {hi}]")
+
+
+def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *,
+               rotary_dim: int | None, style: str, mrope_section: Sequence[int] | None,
+               mrope_layout: str, inplace: bool, q_out: object, k_out: object,
+               check_positions: bool | None) -> RopeCall:
+    """Validate the rotation arguments shared by ``rope`` and both fused-op routes."""
+    q_rows = as_rows("q", q)
+    k_rows = as_rows("k", k, q_rows.dtype)
+    if q.shape[:-2] != k.shape[:-2]:
+        raise ValueError(f"q's token dims {tuple(q.shape[:-2])} must equal k's "
+                         f"{tuple(k.shape[:-2])}")
+    D = q.shape[-1]
+    if k.shape[-1] != D:
+        raise ValueError(f"k.shape[-1] ({k.shape[-1]}) must equal q.shape[-1] ({D})")
+    device = q.device
+    check_launchable("q", q)
+    check_device("k", k, device)
+    check_choice("style", style, STYLES)
+    check_choice("mrope_layout", mrope_layout, LAYOUTS)
+
+    if rotary_dim is None:
+        rotary_dim = D
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int):
+        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
+    if rotary_dim % 2 or not 2 <= rotary_dim <= D:
+        raise ValueError(f"rotary_dim ({rotary_dim}) must be even and in [2, head_dim={D}]")
+    if rotary_dim & (rotary_dim - 1):
+        raise ValueError(
+            f"rotary_dim ({rotary_dim}) must be a power of two: the kernels rebuild the norm's "
+            "pairwise reduction from power-of-two pieces of the row"
+        )
+    if style == "gptj" and rotary_dim < 4:
+        raise ValueError(f"rotary_dim ({rotary_dim}) must be >= 4 for gptj pairs")
+
+    cache = check_tensor("cos_sin_cache", cos_sin_cache)
+    if cache.dim() != 2 or cache.shape[1] != rotary_dim:
+        raise ValueError(f"cos_sin_cache must be [max_pos, rotary_dim={rotary_dim}], "
+                         f"got shape {list(cache.shape)}")
+    if cache.dtype not in (torch.float32, q_rows.dtype):
+        raise TypeError(f"cos_sin_cache.dtype must be float32 or q.dtype ({q_rows.dtype}), "
+                        f"got {cache.dtype}")
+    if cache.stride(1) != 1:
+        raise ValueError(f"cos_sin_cache.stride(1) must be 1, got {cache.stride(1)}")
+    check_device("cos_sin_cache", cache, device)
+
+    amap = None
+    if mrope_section is not None:
+        section = tuple(mrope_section)
+        if len(section) != 3 or not all(isinstance(s, int) and s >= 0 for s in section):
+            raise ValueError(f"mrope_section must be 3 non-negative ints, got {list(section)}")
+        if sum(section) != rotary_dim // 2:
+            raise ValueError(f"mrope_section {list(section)} sums to {sum(section)}, "
+                             f"expected rotary_dim / 2 = {rotary_dim // 2}")
+        amap = axis_map_tensor(section, mrope_layout, device)
+    pos = _positions(positions, tuple(q.shape[:-2]), device, amap is not None)
+    _check_position_range(pos, cache.shape[0], check_positions)
+
+    if inplace:
+        for name, out in (("q_out", q_out), ("k_out", k_out)):
+            if out is not None:
+                raise ValueError(f"{name} must be None when inplace=True")
+        q_res, k_res = q, k
+        qo_rows, ko_rows = q_rows, k_rows
+    else:
+        q_res = torch.empty_like(q) if q_out is None else q_out
+        k_res = torch.empty_like(k) if k_out is None else k_out
+        qo_rows = out_rows("q_out", q_res, q)
+        ko_rows = out_rows("k_out", k_res, k)
+    return RopeCall(q_rows, k_rows, qo_rows, ko_rows, q_res, k_res, pos, cache, amap,
+                    rotary_dim, style == "neox")
+
+
+def check_norm(q_weight: object, k_weight: object, D: int, device: torch.device, eps: object,
+               weight_mode: str) -> tuple[float, bool]:
+    """Validate the norm arguments of the fused op; returns ``(eps, offset)``."""
+    check_weight("q_weight", q_weight, D, device)
+    check_weight("k_weight", k_weight, D, device)
+    check_choice("weight_mode", weight_mode, WEIGHT_MODES)
+    return check_eps(eps), weight_mode == "offset"

@@ -1,0 +1,146 @@
+"""The fused route: RMSNorm of every q and k head row, then RoPE, in one launch.
+
+Each row is read once and written once. The rotary pairs and the pass-through channels
+are loaded as separate tiles; the norm's sum of squares is rebuilt from them in the same
+pairwise order ``rms_norm`` uses over the whole row, so the result is bit-identical to the
+split route (``split.qk_norm_rope_split``).
+"""
+
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from .checks import RopeCall, check_norm, check_rope
+from .plan import TilePlan, next_pow2, plan_pair
+from .tiles import (
+    COMPILE_OPTIONS,
+    cos_sin,
+    inv_rms,
+    load_pairs,
+    norm_weight,
+    normalize,
+    pair_offsets,
+    pairs_sumsq,
+    pairwise_sum,
+    rotate,
+    store_pairs,
+    tile_coords,
+    token_head_base,
+)
+
+
+@triton.jit
+def _fused_tile(
+    x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, pid, n_head_blocks,
+    T, H, eps, stride_xt, stride_xh, stride_ot, stride_oh,
+    stride_cs, stride_pos_axis, stride_pos_t,
+    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
+    OFFSET: tl.constexpr, MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+):
+    R: tl.constexpr = 2 * R2
+    dtype = o_ptr.dtype.element_ty
+    t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
+    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
+
+    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+    sumsq = pairs_sumsq(x1, x2, R2, NEOX, BT, BH)  # [BT, BH]: the tree over [0, R)
+    if R < D:
+        # The pass-through channels sit at their natural places in a [0, DB) tile whose
+        # rotary span is zero, so the tree's first log2(R) levels leave block 0 at +0 and
+        # the rotary span's own sum drops into that slot exactly.
+        d = tl.arange(0, DB)[None, None, :]
+        pass_mask = mask & (d >= R) & (d < D)
+        xp = tl.load(x_row + d, mask=pass_mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
+        blocks = pairwise_sum(xp * xp, DB, DB // R, BT, BH)  # [BT, BH, DB // R]
+        first = tl.arange(0, DB // R)[None, None, :] == 0
+        blocks = blocks + tl.where(first, sumsq[:, :, None], 0.0)
+        sumsq = tl.reshape(pairwise_sum(blocks, DB // R, 1, BT, BH), (BT, BH))
+    rstd = inv_rms(sumsq, D, eps)
+
+    i1, i2 = pair_offsets(R2, NEOX)
+    y1 = normalize(x1.to(tl.float32), rstd, norm_weight(w_ptr, i1, i1 < D, OFFSET), dtype)
+    y2 = normalize(x2.to(tl.float32), rstd, norm_weight(w_ptr, i2, i2 < D, OFFSET), dtype)
+    c, s = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, stride_cs, stride_pos_axis, stride_pos_t,
+                   R2, MROPE)  # [BT, 1, R2]
+    o1, o2 = rotate(y1, y2, c, s)
+    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
+    if R < D:
+        dp = tl.arange(0, DB)
+        wp = norm_weight(w_ptr, dp, (dp >= R) & (dp < D), OFFSET)
+        tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
+
+
+@triton.jit
+def qk_norm_rope_kernel(
+    q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
+    T, HQ, HK, eps,
+    stride_qt, stride_qh, stride_kt, stride_kh,
+    stride_qot, stride_qoh, stride_kot, stride_koh,
+    stride_cs, stride_pos_axis, stride_pos_t,
+    q_programs, q_head_blocks, k_head_blocks,
+    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
+    OFFSET: tl.constexpr, MROPE: tl.constexpr,
+    BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if pid < q_programs:
+        _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, pid, q_head_blocks,
+                    T, HQ, eps, stride_qt, stride_qh, stride_qot, stride_qoh,
+                    stride_cs, stride_pos_axis, stride_pos_t,
+                    D, DB, R2, NEOX, OFFSET, MROPE, BTQ, BHQ)
+    else:
+        _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, pid - q_programs,
+                    k_head_blocks, T, HK, eps, stride_kt, stride_kh, stride_kot, stride_koh,
+                    stride_cs, stride_pos_axis, stride_pos_t,
+                    D, DB, R2, NEOX, OFFSET, MROPE, BTK, BHK)
+
+
+def launch_qk_norm_rope(call: RopeCall, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                        eps: float, offset: bool) -> tuple[TilePlan, TilePlan]:
+    """Launch the fused kernel on a validated call; returns the q and k tile plans."""
+    T, HQ, D = call.q.shape
+    HK = call.k.shape[1]
+    DB = next_pow2(D)
+    R = call.rotary_dim
+    plan_q, plan_k = plan_pair(T, HQ, HK, R + DB * (R < D), call.q.device)
+    if T:
+        q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
+        qk_norm_rope_kernel[(plan_q.programs + plan_k.programs,)](
+            q, k, qo, ko, q_weight, k_weight, call.cos_sin_cache, pos, call.axis_map,
+            T, HQ, HK, eps,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+            qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
+            call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
+            plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
+            D=D, DB=DB, R2=R // 2, NEOX=call.neox, OFFSET=offset,
+            MROPE=call.axis_map is not None,
+            BTQ=plan_q.block_t, BHQ=plan_q.block_h, BTK=plan_k.block_t, BHK=plan_k.block_h,
+            num_warps=max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
+        )
+    return plan_q, plan_k
+
+
+def qk_norm_rope(
+    q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+    positions: torch.Tensor, cos_sin_cache: torch.Tensor, *, eps: float = 1e-6,
+    rotary_dim: int | None = None, style: str = "neox", weight_mode: str = "plain",
+    mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned",
+    inplace: bool = True, q_out: torch.Tensor | None = None,
+    k_out: torch.Tensor | None = None, check_positions: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm every q and k head row, then rotate it: one launch (the fused route).
+
+    ``q: [..., Hq, D]``, ``k: [..., Hk, D]``, ``q_weight, k_weight: [D]``; the rotation
+    arguments are those of ``rope``. The normalised value is rounded to the storage dtype
+    before it is rotated, so the result is bit-identical to ``qk_norm_rope_split``.
+    Returns ``(q_out, k_out)``: ``q, k`` themselves when ``inplace``.
+    """
+    call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
+                      mrope_section=mrope_section, mrope_layout=mrope_layout, inplace=inplace,
+                      q_out=q_out, k_out=k_out, check_positions=check_positions)
+    eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps, weight_mode)
+    launch_qk_norm_rope(call, q_weight, k_weight, eps, offset)
+    return call.q_result, call.k_result

@@ -1,0 +1,159 @@
+"""Triton building blocks shared by the rms_norm, rope and fused kernels.
+
+Every kernel works on a tile of ``[BT, BH, width]``: ``BT`` tokens by ``BH`` heads of one
+tensor, with the channels last. The split and the fused routes are bit-identical because
+they run exactly these functions on the same values:
+
+* The sum of squares is an explicit pairwise tree over the row in its natural channel
+  order, each level adding adjacent pairs. A two-element sum is commutative, so no thread
+  layout the compiler picks can change the result, and the fused kernel can rebuild the
+  same tree from the rotary halves and the pass-through channels that it loads apart.
+* The kernels are compiled without floating-point contraction (``enable_fp_fusion=False``,
+  see ``COMPILE_OPTIONS``), so each multiply and add rounds on its own in both routes.
+"""
+
+import triton
+import triton.language as tl
+
+# Launch keyword arguments every kernel of this package is compiled with.
+COMPILE_OPTIONS = {"enable_fp_fusion": False}
+
+
+@triton.jit
+def pairwise_sum(x, N: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr):
+    """Reduce the last axis of ``x: [BT, BH, N]`` to ``[BT, BH, M]`` by adjacent pairs.
+
+    ``N`` and ``M`` are powers of two; ``M == 1`` gives the full pairwise sum.
+    """
+    for level in tl.static_range(N.bit_length() - M.bit_length()):
+        x = tl.sum(tl.reshape(x, (BT, BH, N // (2 << level), 2)), axis=3)
+    return x
+
+
+@triton.jit
+def inv_rms(sumsq, D: tl.constexpr, eps):
+    """``rsqrt(mean(x^2) + eps)`` from a row's sum of squares, in fp32."""
+    return tl.math.rsqrt(sumsq / D + eps)
+
+
+@triton.jit
+def norm_weight(w_ptr, offs, mask, OFFSET: tl.constexpr):
+    """The norm weight at ``offs`` in fp32; ``OFFSET`` applies the ``1 + w`` convention."""
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if OFFSET:
+        w = w + 1.0
+    return w
+
+
+@triton.jit
+def normalize(x, rstd, w, dtype: tl.constexpr):
+    """``x * rstd * w`` rounded to the storage dtype: the value the rotation consumes."""
+    return (x * rstd[:, :, None] * w).to(dtype)
+
+
+@triton.jit
+def rotate(x1, x2, c, s):
+    """Rotate the pairs ``(x1, x2)`` by the angle whose cosine and sine are ``c, s``."""
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    return x1 * c - x2 * s, x2 * c + x1 * s
+
+
+@triton.jit
+def token_head_base(ptr, t, h, stride_t, stride_h, T, H):
+    """Row base pointers ``[BT, BH, 1]`` and the row mask for tokens ``t`` and heads ``h``."""
+    base = ptr + (t.to(tl.int64) * stride_t)[:, None, None] + (h * stride_h)[None, :, None]
+    mask = (t < T)[:, None, None] & (h < H)[None, :, None]
+    return base, mask
+
+
+@triton.jit
+def pair_offsets(R2: tl.constexpr, NEOX: tl.constexpr):
+    """Channel offsets ``[R2]`` of the first and second member of each rotary pair."""
+    i = tl.arange(0, R2)
+    if NEOX:
+        return i, i + R2
+    return 2 * i, 2 * i + 1
+
+
+@triton.jit
+def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
+               BH: tl.constexpr):
+    """The rotary pairs of each row as two ``[BT, BH, R2]`` tiles, each channel read once.
+
+    neox loads the two contiguous halves; gptj loads the rotary span once and splits its
+    interleaved pairs in registers.
+    """
+    if NEOX:
+        i = tl.arange(0, R2)[None, None, :]
+        x1 = tl.load(base + i, mask=mask, other=0.0)
+        x2 = tl.load(base + R2 + i, mask=mask, other=0.0)
+    else:
+        j = tl.arange(0, 2 * R2)[None, None, :]
+        x = tl.load(base + j, mask=mask, other=0.0)
+        x1, x2 = tl.split(tl.reshape(x, (BT, BH, R2, 2)))
+    return x1, x2
+
+
+@triton.jit
+def store_pairs(base, mask, o1, o2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
+                BH: tl.constexpr):
+    """Store two ``[BT, BH, R2]`` pair tiles where ``load_pairs`` read them."""
+    if NEOX:
+        i = tl.arange(0, R2)[None, None, :]
+        tl.store(base + i, o1, mask=mask)
+        tl.store(base + R2 + i, o2, mask=mask)
+    else:
+        j = tl.arange(0, 2 * R2)[None, None, :]
+        tl.store(base + j, tl.reshape(tl.join(o1, o2), (BT, BH, 2 * R2)), mask=mask)
+
+
+@triton.jit
+def pairs_sumsq(x1, x2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
+                BH: tl.constexpr):
+    """The natural-order pairwise sum of squares of the rotary span ``[0, 2 * R2)``."""
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    if NEOX:
+        # The halves are the two subtrees under the span's root.
+        return tl.reshape(pairwise_sum(x1 * x1, R2, 1, BT, BH), (BT, BH)) + tl.reshape(
+            pairwise_sum(x2 * x2, R2, 1, BT, BH), (BT, BH)
+        )
+    # Interleaved pairs are the tree's first level.
+    return tl.reshape(pairwise_sum(x1 * x1 + x2 * x2, R2, 1, BT, BH), (BT, BH))
+
+
+@triton.jit
+def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, stride_cs, stride_pos_axis, stride_pos_t,
+            R2: tl.constexpr, MROPE: tl.constexpr):
+    """The fp32 cosine and sine tiles ``[BT, 1, R2]`` for tokens ``t``.
+
+    With ``MROPE`` each rotary lane reads the position of its own axis (``axis_ptr``
+    holds the lane-to-axis map); otherwise one position per token.
+    """
+    i = tl.arange(0, R2)
+    t_mask = t < T
+    if MROPE:
+        axis = tl.load(axis_ptr + i)
+        pos = tl.load(
+            pos_ptr + axis[None, :] * stride_pos_axis + t[:, None] * stride_pos_t,
+            mask=t_mask[:, None],
+            other=0,
+        )
+        row = cs_ptr + pos.to(tl.int64) * stride_cs + i[None, :]
+        m = t_mask[:, None]
+    else:
+        pos = tl.load(pos_ptr + t * stride_pos_t, mask=t_mask, other=0)
+        row = cs_ptr + (pos.to(tl.int64) * stride_cs)[:, None] + i[None, :]
+        m = t_mask[:, None]
+    c = tl.load(row, mask=m, other=0.0).to(tl.float32)
+    s = tl.load(row + R2, mask=m, other=0.0).to(tl.float32)
+    return c[:, None, :], s[:, None, :]
+
+
+@triton.jit
+def tile_coords(pid, n_head_blocks, BT: tl.constexpr, BH: tl.constexpr):
+    """Token and head indices ``[BT]``, ``[BH]`` of the tile this program handles."""
+    t = (pid // n_head_blocks) * BT + tl.arange(0, BT)
+    h = (pid % n_head_blocks) * BH + tl.arange(0, BH)
+    return t, h

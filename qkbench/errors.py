@@ -1,0 +1,21 @@
+"""The errors qkbench reports to a user: the CLI turns each into one line and exit 1."""
+
+
+class QkbenchError(Exception):
+    """Base of every error that is the user's to fix, not a bug."""
+
+
+class ProtocolError(QkbenchError):
+    """A protocol file or a case in it is invalid."""
+
+
+class ArchiveError(QkbenchError):
+    """An archive cannot be read, is of an unknown schema, or would be overwritten."""
+
+
+class DeviceError(QkbenchError):
+    """The requested device is not there."""
+
+
+class RouteError(QkbenchError):
+    """A route cannot be built or computes the wrong result."""

@@ -1,0 +1,114 @@
+"""Bad input raises an error that names the argument and what was expected."""
+
+import pytest
+import torch
+from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
+
+from qkbench.case import Case, Geometry, make_inputs
+
+ROUTES = [qk_norm_rope, qk_norm_rope_split]
+
+
+@pytest.fixture
+def inputs(device):
+    return make_inputs(Case(Geometry("g", 4, 2, 64), 5, max_position=64), 0, device)
+
+
+def _mrope(inputs):
+    return {"mrope_section": (8, 12, 12), "positions": inputs.positions.expand(3, -1)}
+
+
+# (id, overrides from the inputs, error type, message pattern)
+BAD = [
+    ("q-not-a-tensor", lambda i: {"q": [1.0]}, TypeError, r"q must be a torch.Tensor"),
+    ("q-rank", lambda i: {"q": i.q[0]}, ValueError, r"q must be \[\.\.\., H, D\]"),
+    ("q-int-dtype", lambda i: {"q": i.q.to(torch.int32)}, TypeError, r"q.dtype must be one of"),
+    ("k-dtype-mismatch", lambda i: {"k": i.k.half()}, TypeError, r"k.dtype .* must equal q"),
+    ("tokens-mismatch", lambda i: {"k": i.k[:3]}, ValueError, r"token dims .* must equal k"),
+    ("head-dim-mismatch", lambda i: {"k": i.k[..., :32]}, ValueError,
+     r"k.shape\[-1\] \(32\) must equal q.shape\[-1\] \(64\)"),
+    ("odd-head-dim", lambda i: {"q": i.q[..., :63], "k": i.k[..., :63]}, ValueError,
+     r"head_dim 63\) must be even"),
+    ("channel-stride", lambda i: {"q": i.q.transpose(1, 2).contiguous().transpose(1, 2)},
+     ValueError, r"q.stride\(-1\) must be 1"),
+    ("weight-length", lambda i: {"q_weight": i.q_weight[:32]}, ValueError,
+     r"q_weight.shape \(32,\) must be \(64,\)"),
+    ("weight-dtype", lambda i: {"k_weight": i.k_weight.long()}, TypeError,
+     r"k_weight.dtype must be one of"),
+    ("odd-rotary", lambda i: {"rotary_dim": 31}, ValueError, r"rotary_dim \(31\) must be even"),
+    ("rotary-too-large", lambda i: {"rotary_dim": 128}, ValueError,
+     r"rotary_dim \(128\) must be even and in \[2, head_dim=64\]"),
+    ("rotary-not-pow2", lambda i: {"rotary_dim": 48}, ValueError,
+     r"rotary_dim \(48\) must be a power of two"),
+    ("cache-width", lambda i: {"cos_sin_cache": i.cos_sin_cache[:, :32]}, ValueError,
+     r"cos_sin_cache must be \[max_pos, rotary_dim=64\]"),
+    ("cache-dtype", lambda i: {"cos_sin_cache": i.cos_sin_cache.double()}, TypeError,
+     r"cos_sin_cache.dtype must be float32 or q.dtype"),
+    ("positions-dtype", lambda i: {"positions": i.positions.float()}, TypeError,
+     r"positions.dtype must be int32 or int64"),
+    ("positions-shape", lambda i: {"positions": i.positions[:4]}, ValueError,
+     r"positions must have shape \[5\]"),
+    ("positions-negative", lambda i: {"positions": i.positions - 100}, ValueError,
+     r"positions must lie in \[0, 64\)"),
+    ("positions-past-table", lambda i: {"positions": i.positions + 64}, ValueError,
+     r"positions must lie in \[0, 64\)"),
+    ("mrope-section-sum", lambda i: {**_mrope(i), "mrope_section": (8, 8, 8)}, ValueError,
+     r"mrope_section \[8, 8, 8\] sums to 24, expected rotary_dim / 2 = 32"),
+    ("mrope-section-length", lambda i: {**_mrope(i), "mrope_section": (16, 16)}, ValueError,
+     r"mrope_section must be 3 non-negative ints"),
+    ("mrope-positions-1d", lambda i: {"mrope_section": (8, 12, 12)}, ValueError,
+     r"MRoPE positions .* must have shape \[3, 5\]"),
+    ("mrope-layout", lambda i: {**_mrope(i), "mrope_layout": "zigzag"}, ValueError,
+     r"mrope_layout must be one of"),
+    ("style", lambda i: {"style": "llama"}, ValueError, r"style must be one of"),
+    ("weight-mode", lambda i: {"weight_mode": "gemma"}, ValueError, r"weight_mode must be one of"),
+    ("eps-negative", lambda i: {"eps": -1.0}, ValueError, r"eps must be finite and >= 0"),
+    ("out-with-inplace", lambda i: {"q_out": torch.empty_like(i.q)}, ValueError,
+     r"q_out must be None when inplace=True"),
+    ("out-shape", lambda i: {"inplace": False, "k_out": torch.empty_like(i.q)}, ValueError,
+     r"k_out.shape .* must equal"),
+    ("out-dtype", lambda i: {"inplace": False, "q_out": torch.empty_like(i.q, dtype=torch.half)},
+     TypeError, r"q_out.dtype .* must equal q.dtype"),
+]
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+@pytest.mark.parametrize(("overrides", "error", "pattern"),
+                         [pytest.param(o, e, p, id=name) for name, o, e, p in BAD])
+def test_bad_input_raises_a_named_error(inputs, route, overrides, error, pattern):
+    with pytest.raises(error, match=pattern):
+        inputs.call(route, **overrides(inputs))
+
+
+def test_positions_on_another_device_are_named():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a second device")
+    i = make_inputs(Case(Geometry("g", 4, 2, 64), 5, max_position=64), 0, "cuda")
+    with pytest.raises(ValueError, match=r"positions is on cpu, expected cuda"):
+        i.call(qk_norm_rope, positions=i.positions.cpu())
+
+
+def test_tensors_on_the_cpu_without_the_interpreter_are_refused(monkeypatch, inputs):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    if inputs.q.is_cuda:
+        pytest.skip("the inputs are on a GPU")
+    with pytest.raises(ValueError, match=r"q is on cpu: the Triton kernels run on a CUDA"):
+        inputs.call(qk_norm_rope)
+
+
+def test_rope_alone_validates_like_the_fused_op(inputs):
+    with pytest.raises(ValueError, match=r"rotary_dim \(31\) must be even"):
+        rope(inputs.q, inputs.k, inputs.positions, inputs.cos_sin_cache, rotary_dim=31)
+
+
+def test_rms_norm_names_a_bad_weight(inputs):
+    with pytest.raises(ValueError, match=r"weight.shape \(63,\) must be \(64,\)"):
+        rms_norm(inputs.q, inputs.q_weight[:63])
+
+
+def test_unmergeable_token_dims_are_named(device):
+    x = torch.randn(4, 6, 2, 64, device=device)[:, ::2]  # [4, 3, 2, 64], token dims strided
+    x = x.transpose(0, 1)  # [3, 4, 2, 64]: no single token stride
+    w = torch.ones(64, device=device)
+    with pytest.raises(ValueError, match=r"x's token dims \(3, 4\) .* cannot be merged"):
+        rms_norm(x, w)

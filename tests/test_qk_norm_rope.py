@@ -1,0 +1,213 @@
+"""The fused route is bit-identical to the split route, and both are accurate."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import gpu_only
+from helpers import assert_bit_identical, assert_matches_oracle, differing_share, oracle_of
+from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
+
+from qkbench.case import Case, Geometry, make_inputs
+
+BASE = Geometry("base", heads_q=4, heads_k=2, head_dim=64)
+
+
+def case(tokens: int = 7, dtype: str = "bfloat16", table: str = "float32",
+         pos: str = "int64", **geometry) -> Case:
+    return Case(replace(BASE, **geometry), tokens, dtype, table, pos, max_position=512)
+
+
+def case_id(c: Case) -> str:
+    g = c.geometry
+    parts = [f"T{c.tokens}", f"Hq{g.heads_q}", f"Hk{g.heads_k}", f"D{g.head_dim}",
+             f"r{g.rotary}", g.style, g.weight_mode, c.dtype.replace("float", "fp")
+             .replace("bfp16", "bf16"), f"tab-{c.table_dtype}", c.positions_dtype]
+    if g.mrope_section:
+        parts.append(f"mrope-{g.mrope_layout}")
+    if not g.inplace:
+        parts.append("outofplace")
+    if g.packed:
+        parts.append("packed")
+    if g.batch:
+        parts.append(f"B{g.batch}")
+    return "-".join(parts)
+
+
+# Every option of the contract, each varied from a small base case.
+CPU_CASES = [
+    case(),
+    case(head_dim=128),
+    case(head_dim=256, rotary_dim=64),
+    case(head_dim=128, rotary_dim=32),
+    case(head_dim=80, rotary_dim=16),
+    case(style="gptj"),
+    case(style="gptj", head_dim=256, rotary_dim=64),
+    case(weight_mode="offset"),
+    case(weight_mode="offset", head_dim=256, rotary_dim=64, inplace=False),
+    case(inplace=False),
+    case(inplace=False, head_dim=128, rotary_dim=32, style="gptj"),
+    case(dtype="float16"),
+    case(dtype="float32"),
+    case(dtype="float16", table="activation"),
+    case(table="activation"),
+    case(pos="int32"),
+    case(mrope_section=(8, 12, 12)),
+    case(mrope_section=(8, 12, 12), mrope_layout="interleaved"),
+    case(mrope_section=(8, 12, 12), mrope_layout="glm-interleaved", style="gptj"),
+    case(head_dim=128, mrope_section=(24, 20, 20), mrope_layout="interleaved", inplace=False),
+    case(tokens=6, batch=2),
+    case(tokens=6, batch=3, head_dim=128, heads_q=3, heads_k=3),
+    case(packed=True),
+    case(packed=True, inplace=False, head_dim=256, rotary_dim=64),
+    case(heads_q=8, heads_k=1),
+    case(heads_q=3, heads_k=3),
+    case(tokens=1),
+    case(tokens=33, heads_q=2, heads_k=1),
+]
+
+# The seeds' geometries at the widths that matter, on the GPU only.
+GPU_CASES = [
+    case(tokens=t, head_dim=256, rotary_dim=64, heads_q=hq, heads_k=hk,
+         weight_mode="offset", inplace=False)
+    for t in (1, 8, 320, 8192) for hq, hk in ((16, 2), (24, 4))
+] + [
+    case(tokens=t, head_dim=128, heads_q=hq, heads_k=hk, packed=packed)
+    for t in (1, 64, 512, 8192) for hq, hk in ((32, 8), (64, 8)) for packed in (False, True)
+] + [
+    case(tokens=t, head_dim=128, heads_q=32, heads_k=8, mrope_section=(24, 20, 20),
+         mrope_layout=layout, table="activation")
+    for t in (1, 256) for layout in ("sectioned", "interleaved", "glm-interleaved")
+] + [
+    case(tokens=3973, batch=1, heads_q=24, heads_k=24, head_dim=128),
+    case(tokens=2 * 4096, batch=2, heads_q=24, heads_k=24, head_dim=128, dtype="float16"),
+    case(tokens=4096, head_dim=128, heads_q=32, heads_k=8, dtype="float32", style="gptj"),
+]
+
+ALL_CASES = [pytest.param(c, id=case_id(c)) for c in CPU_CASES] + [
+    pytest.param(c, id="gpu-" + case_id(c), marks=gpu_only) for c in GPU_CASES
+]
+
+
+def routes_on(c: Case, seed: int, device: str):
+    """Run both routes on one set of inputs; returns (inputs, fused, split)."""
+    inputs = make_inputs(c, seed, device)
+    inplace = c.geometry.inplace
+    results = []
+    for op in (qk_norm_rope, qk_norm_rope_split):
+        q, k = inputs.q.clone(), inputs.k.clone()
+        results.append(inputs.with_qk(q, k).call(op, inplace=inplace))
+    return inputs, results[0], results[1]
+
+
+@pytest.mark.parametrize("c", ALL_CASES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fused_route_is_bit_identical_to_split_route(c, seed, device):
+    _, (fq, fk), (sq, sk) = routes_on(c, seed, device)
+    assert_bit_identical(fq, sq, "q")
+    assert_bit_identical(fk, sk, "k")
+
+
+@pytest.mark.parametrize("c", ALL_CASES)
+def test_both_routes_agree_with_the_fp64_oracle(c, device):
+    inputs, fused, split = routes_on(c, 2, device)
+    oq, ok = oracle_of(inputs)
+    for name, (q, k) in (("fused", fused), ("split", split)):
+        assert_matches_oracle(q, oq, f"{name} q")
+        assert_matches_oracle(k, ok, f"{name} k")
+
+
+def test_split_route_is_rms_norm_then_rope(device):
+    inputs = make_inputs(case(head_dim=256, rotary_dim=64, weight_mode="offset"), 3, device)
+    opts = inputs.options
+    norm = {"eps": opts["eps"], "weight_mode": "offset"}
+    q = rms_norm(inputs.q, inputs.q_weight, **norm)
+    k = rms_norm(inputs.k, inputs.k_weight, **norm)
+    rope(q, k, inputs.positions, inputs.cos_sin_cache, rotary_dim=opts["rotary_dim"])
+    fq, fk = inputs.call(qk_norm_rope, inplace=False)
+    assert_bit_identical(fq, q, "q")
+    assert_bit_identical(fk, k, "k")
+
+
+# 1 ppm is about 1/7800 of a bf16 ulp (2**-7 relative) and about 8 fp32 ulps.
+PPM = 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_exactness_check_sees_a_one_ppm_change_of_the_rotation(dtype, device):
+    c = case(tokens=64, heads_q=8, heads_k=2, head_dim=128, dtype=dtype)
+    inputs = make_inputs(c, 4, device)
+    split = inputs.call(qk_norm_rope_split, inplace=False)
+    nudged = inputs.call(qk_norm_rope, inplace=False,
+                         cos_sin_cache=inputs.cos_sin_cache * (1 + PPM))
+    restored = inputs.call(qk_norm_rope, inplace=False)
+    shares = [differing_share(a, b) for a, b in zip(nudged, split, strict=False)]
+    if dtype == "float32":
+        assert min(shares) > 0.5, shares
+    else:
+        # Far below the output quantum a nudge moves only values already on a rounding
+        # boundary: few, but the exact check must see them where a tolerance would not.
+        assert min(shares) > 0.0, shares
+        torch.testing.assert_close(nudged[0], split[0])
+    for a, b in zip(restored, split, strict=False):
+        assert_bit_identical(a, b, "restored")
+
+
+def test_out_of_place_writes_every_element_of_a_poisoned_output(device):
+    c = case(head_dim=256, rotary_dim=64, inplace=False, packed=True)
+    inputs = make_inputs(c, 5, device)
+    for op in (qk_norm_rope, qk_norm_rope_split):
+        q_out = torch.full(inputs.q.shape, float("nan"), dtype=inputs.q.dtype, device=device)
+        k_out = torch.full(inputs.k.shape, float("nan"), dtype=inputs.k.dtype, device=device)
+        q, k = inputs.call(op, inplace=False, q_out=q_out, k_out=k_out)
+        assert q is q_out and k is k_out
+        assert not q.isnan().any() and not k.isnan().any(), op.__name__
+
+
+def test_out_of_place_leaves_the_inputs_unchanged(device):
+    inputs = make_inputs(case(inplace=False, head_dim=128, rotary_dim=32), 6, device)
+    before = inputs.q.clone(), inputs.k.clone()
+    for op in (qk_norm_rope, qk_norm_rope_split):
+        q, _k = inputs.call(op, inplace=False)
+        assert q.data_ptr() != inputs.q.data_ptr()
+        assert_bit_identical(inputs.q, before[0], op.__name__)
+        assert_bit_identical(inputs.k, before[1], op.__name__)
+
+
+def test_in_place_returns_the_inputs_themselves(device):
+    inputs = make_inputs(case(packed=True), 7, device)
+    expected = inputs.call(qk_norm_rope, inplace=False)
+    q, k = inputs.call(qk_norm_rope, inplace=True)
+    assert q is inputs.q and k is inputs.k
+    assert_bit_identical(q, expected[0], "q")
+    assert_bit_identical(k, expected[1], "k")
+
+
+def test_row_strided_mrope_positions_view_is_read_through_its_strides(device):
+    c = case(mrope_section=(8, 12, 12), mrope_layout="interleaved")
+    inputs = make_inputs(c, 8, device)
+    wide = torch.zeros(3, 2 * c.tokens, dtype=inputs.positions.dtype, device=device)
+    wide[:, : c.tokens] = inputs.positions
+    strided = wide[:, : c.tokens]
+    assert not strided.is_contiguous()
+    expected = inputs.call(qk_norm_rope, inplace=False)
+    for op in (qk_norm_rope, qk_norm_rope_split):
+        got = inputs.call(op, inplace=False, positions=strided)
+        assert_bit_identical(got[0], expected[0], op.__name__)
+
+
+def test_mrope_with_equal_axes_is_plain_rope(device):
+    c = case(mrope_section=(8, 12, 12), mrope_layout="glm-interleaved")
+    inputs = make_inputs(c, 9, device)
+    same = inputs.positions[0].expand(3, -1)
+    mrope = inputs.call(qk_norm_rope, inplace=False, positions=same)
+    plain = inputs.call(qk_norm_rope, inplace=False, positions=inputs.positions[0],
+                        mrope_section=None)
+    assert_bit_identical(mrope[0], plain[0], "q")
+
+
+def test_an_empty_token_batch_is_a_no_op(device):
+    inputs = make_inputs(case(tokens=1), 10, device)
+    q, k = inputs.q[:0], inputs.k[:0]
+    out = inputs.with_qk(q, k).call(qk_norm_rope, positions=inputs.positions[:0])
+    assert out[0].shape == q.shape
