@@ -1,0 +1,119 @@
+"""Timing backends: how one sample of one arm is taken.
+
+A backend prepares an arm (a list of zero-argument launches, cycled ``inner_reps`` times
+per sample) and then times a *sequence* of samples, each naming the arm it belongs to,
+in exactly the order given. The schedule (interleaved or blocked) is the sequence's
+business, not the backend's, so every backend runs every schedule the same way.
+
+* ``CudaBackend``: the ``inner_reps`` launches are captured in one CUDA graph; a sample
+  is one replay between two CUDA events; per-call time = replay time / ``inner_reps``.
+* ``CpuBackend``: the same with a host clock around ``inner_reps`` direct calls.
+"""
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from qkbench import telemetry
+
+Launch = Callable[[], None]
+
+
+@dataclass
+class Timed:
+    """Per-call seconds of each sample in sequence order, and telemetry taken meanwhile."""
+
+    seconds: list[float]
+    telemetry: list[dict] = field(default_factory=list)
+
+
+class Backend(ABC):
+    name: str
+    device: torch.device
+
+    @abstractmethod
+    def prepare(self, launches: Sequence[Launch], inner_reps: int) -> object:
+        """Make one arm ready to sample; the launches must have run once already."""
+
+    @abstractmethod
+    def run(self, arms: Sequence[object], sequence: Sequence[int], chunk: int) -> Timed:
+        """Take one sample of ``arms[i]`` for every ``i`` of ``sequence``, in order."""
+
+    def synchronize(self) -> None:
+        """Wait for the device; a no-op on the CPU."""
+
+
+def _cycle(launches: Sequence[Launch], inner_reps: int) -> None:
+    for i in range(inner_reps):
+        launches[i % len(launches)]()
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    inner_reps: int
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.monitor = telemetry.Monitor(device.index or 0)
+
+    def prepare(self, launches: Sequence[Launch], inner_reps: int) -> _Graph:
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            _cycle(launches, inner_reps)
+        torch.cuda.synchronize(self.device)
+        return _Graph(graph, inner_reps)
+
+    def run(self, arms: Sequence[_Graph], sequence: Sequence[int], chunk: int) -> Timed:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in sequence]
+        readings = [self.monitor.read(0)]
+        for n, (arm, (start, end)) in enumerate(zip(sequence, events), 1):
+            start.record()
+            arms[arm].graph.replay()
+            end.record()
+            if n % chunk == 0 or n == len(sequence):
+                # Keeps the host near the device, so each reading belongs to its samples.
+                end.synchronize()
+                readings.append(self.monitor.read(n))
+        seconds = [s.elapsed_time(e) * 1e-3 / arms[a].inner_reps
+                   for a, (s, e) in zip(sequence, events)]
+        return Timed(seconds, [r for r in readings if r is not None])
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+
+@dataclass
+class _Calls:
+    launches: Sequence[Launch]
+    inner_reps: int
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    device = torch.device("cpu")
+
+    def prepare(self, launches: Sequence[Launch], inner_reps: int) -> _Calls:
+        return _Calls(launches, inner_reps)
+
+    def run(self, arms: Sequence[_Calls], sequence: Sequence[int], chunk: int) -> Timed:
+        seconds = []
+        for arm in sequence:
+            calls = arms[arm]
+            t0 = time.perf_counter()
+            _cycle(calls.launches, calls.inner_reps)
+            seconds.append((time.perf_counter() - t0) / calls.inner_reps)
+        return Timed(seconds)
+
+
+def backend_for(device: torch.device) -> Backend:
+    return CudaBackend(device) if device.type == "cuda" else CpuBackend()
