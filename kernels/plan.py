@@ -13,7 +13,7 @@ import torch
 ELEMS_PER_PROGRAM = 4096
 # Programs per multiprocessor below which rows are spread thinner, so that decode widths
 # keep the whole chip busy instead of leaving it idle behind a few large tiles.
-MIN_PROGRAMS_PER_SM = 2
+MIN_PROGRAMS_PER_SM = 4
 # Largest share of padded (masked) heads a head block may carry.
 MAX_HEAD_PADDING = 1.125
 ELEMS_PER_WARP = 1024

@@ -42,8 +42,9 @@ class Backend(ABC):
     def run(self, arms: Sequence[object], sequence: Sequence[int], chunk: int) -> Timed:
         """Take one sample of ``arms[i]`` for every ``i`` of ``sequence``, in order."""
 
+    @abstractmethod
     def synchronize(self) -> None:
-        """Wait for the device; a no-op on the CPU."""
+        """Wait for the device."""
 
 
 def _cycle(launches: Sequence[Launch], inner_reps: int) -> None:
@@ -76,7 +77,7 @@ class CudaBackend(Backend):
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in sequence]
         readings = [self.monitor.read(0)]
-        for n, (arm, (start, end)) in enumerate(zip(sequence, events), 1):
+        for n, (arm, (start, end)) in enumerate(zip(sequence, events, strict=True), 1):
             start.record()
             arms[arm].graph.replay()
             end.record()
@@ -85,7 +86,7 @@ class CudaBackend(Backend):
                 end.synchronize()
                 readings.append(self.monitor.read(n))
         seconds = [s.elapsed_time(e) * 1e-3 / arms[a].inner_reps
-                   for a, (s, e) in zip(sequence, events)]
+                   for a, (s, e) in zip(sequence, events, strict=True)]
         return Timed(seconds, [r for r in readings if r is not None])
 
     def synchronize(self) -> None:
@@ -113,6 +114,9 @@ class CpuBackend(Backend):
             _cycle(calls.launches, calls.inner_reps)
             seconds.append((time.perf_counter() - t0) / calls.inner_reps)
         return Timed(seconds)
+
+    def synchronize(self) -> None:
+        """Nothing runs asynchronously on the CPU."""
 
 
 def backend_for(device: torch.device) -> Backend:

@@ -36,6 +36,22 @@ def per_call(backend: CudaBackend, launch, reps: int = 32, samples: int = 60) ->
     return statistics.median(timed.seconds[10:])
 
 
+def copy_launch(inputs):
+    q, k = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+
+    def launch():
+        q.copy_(inputs.q)
+        k.copy_(inputs.k)
+
+    return launch
+
+
+def op_launch(op, inputs, inplace: bool):
+    out = {} if inplace else {"q_out": torch.empty_like(inputs.q),
+                              "k_out": torch.empty_like(inputs.k)}
+    return lambda: inputs.call(op, inplace=inplace, check_positions=False, **out)
+
+
 def main(out_path: str) -> None:
     device = torch.device("cuda")
     backend = CudaBackend(device)
@@ -43,23 +59,14 @@ def main(out_path: str) -> None:
     for geometry, tokens in SHAPES:
         for t in tokens:
             inputs = make_inputs(Case(geometry, t), 0, device)
-            copy_q, copy_k = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
-
-            def copy():
-                copy_q.copy_(inputs.q)
-                copy_k.copy_(inputs.k)
-
-            copy_s = per_call(backend, copy)
+            copy_s = per_call(backend, copy_launch(inputs))
             for elems, per_warp, min_per_sm in KNOBS:
                 plan.ELEMS_PER_PROGRAM, plan.ELEMS_PER_WARP = elems, per_warp
                 plan.MIN_PROGRAMS_PER_SM = min_per_sm
                 row = {"geometry": geometry.name, "tokens": t, "elems": elems,
                        "per_warp": per_warp, "min_per_sm": min_per_sm, "copy_s": copy_s}
                 for name, op in (("fused", qk_norm_rope), ("split", qk_norm_rope_split)):
-                    out = ({} if geometry.inplace else
-                           {"q_out": torch.empty_like(inputs.q), "k_out": torch.empty_like(inputs.k)})
-                    row[name] = per_call(backend, lambda op=op, out=out: inputs.call(
-                        op, inplace=geometry.inplace, check_positions=False, **out))
+                    row[name] = per_call(backend, op_launch(op, inputs, geometry.inplace))
                 rows.append(row)
             torch.cuda.empty_cache()
     with open(out_path, "w") as f:
