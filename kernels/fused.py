@@ -98,6 +98,14 @@ def qk_norm_rope_kernel(
                     D, DB, R2, NEOX, OFFSET, MROPE, BTK, BHK)
 
 
+def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
+                device: torch.device) -> tuple[TilePlan, TilePlan]:
+    """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
+    rotary, a natural-width pass-through tile)."""
+    width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
+    return plan_pair(tokens, heads_q, heads_k, width, device)
+
+
 def launch_qk_norm_rope(call: RopeCall, q_weight: torch.Tensor, k_weight: torch.Tensor,
                         eps: float, offset: bool) -> tuple[TilePlan, TilePlan]:
     """Launch the fused kernel on a validated call; returns the q and k tile plans."""
@@ -105,7 +113,7 @@ def launch_qk_norm_rope(call: RopeCall, q_weight: torch.Tensor, k_weight: torch.
     HK = call.k.shape[1]
     DB = next_pow2(D)
     R = call.rotary_dim
-    plan_q, plan_k = plan_pair(T, HQ, HK, R + DB * (R < D), call.q.device)
+    plan_q, plan_k = fused_plans(T, HQ, HK, D, R, call.q.device)
     if T:
         q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
         qk_norm_rope_kernel[(plan_q.programs + plan_k.programs,)](
@@ -144,3 +152,4 @@ def qk_norm_rope(
     eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps, weight_mode)
     launch_qk_norm_rope(call, q_weight, k_weight, eps, offset)
     return call.q_result, call.k_result
+

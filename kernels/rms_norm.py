@@ -45,12 +45,17 @@ def rms_norm_kernel(
     tl.store(y_row + d[None, None, :], normalize(x, rstd, w, y_ptr.dtype.element_ty), mask=mask)
 
 
+def norm_plan(tokens: int, heads: int, head_dim: int, device: torch.device) -> TilePlan:
+    """The tile plan of an rms_norm launch."""
+    return plan_tiles(tokens, heads, next_pow2(head_dim), min_programs(device))
+
+
 def launch_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
                     offset: bool) -> TilePlan:
     """Launch on validated ``[T, H, D]`` views; returns the tile plan it used."""
     T, H, D = x.shape
     DB = next_pow2(D)
-    plan = plan_tiles(T, H, DB, min_programs(x.device))
+    plan = norm_plan(T, H, D, x.device)
     if T and H:
         rms_norm_kernel[(plan.programs,)](
             x, y, weight, T, H, eps,

@@ -68,6 +68,13 @@ def rope_kernel(
                    D, R2, PB, NEOX, MROPE, COPY_PASS, BTK, BHK)
 
 
+def rope_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
+               copy_pass: bool, device: torch.device) -> tuple[TilePlan, TilePlan]:
+    """The q and k tile plans of a rope launch (``copy_pass``: out of place, partial)."""
+    width = rotary_dim + next_pow2(head_dim - rotary_dim) * copy_pass
+    return plan_pair(tokens, heads_q, heads_k, width, device)
+
+
 def launch_rope(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,
                 k_out: torch.Tensor) -> tuple[TilePlan, TilePlan]:
     """Rotate the ``[T, H, D]`` views ``q, k`` into ``q_out, k_out`` (which may be them)."""
@@ -77,7 +84,7 @@ def launch_rope(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.T
     in_place = q.data_ptr() == q_out.data_ptr() and k.data_ptr() == k_out.data_ptr()
     copy_pass = call.rotary_dim < D and not in_place
     PB = next_pow2(D - call.rotary_dim) if copy_pass else 1
-    plan_q, plan_k = plan_pair(T, HQ, HK, call.rotary_dim + PB * copy_pass, q.device)
+    plan_q, plan_k = rope_plans(T, HQ, HK, D, call.rotary_dim, copy_pass, q.device)
     if T:
         pos = call.positions
         rope_kernel[(plan_q.programs + plan_k.programs,)](

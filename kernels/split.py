@@ -4,10 +4,10 @@ from collections.abc import Sequence
 
 import torch
 
-from .checks import check_norm, check_rope
+from .checks import RopeCall, check_norm, check_rope
 from .plan import TilePlan
-from .rms_norm import launch_rms_norm
-from .rope import launch_rope
+from .rms_norm import launch_rms_norm, norm_plan
+from .rope import launch_rope, rope_plans
 
 
 def qk_norm_rope_split(
@@ -31,7 +31,15 @@ def qk_norm_rope_split(
     return call.q_result, call.k_result
 
 
-def launch_split(call, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+def split_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
+                device: torch.device) -> list[TilePlan]:
+    """The tile plans of the three launches: norm q, norm k, then rope's q and k."""
+    return [norm_plan(tokens, heads_q, head_dim, device),
+            norm_plan(tokens, heads_k, head_dim, device),
+            *rope_plans(tokens, heads_q, heads_k, head_dim, rotary_dim, False, device)]
+
+
+def launch_split(call: RopeCall, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
                  offset: bool) -> list[TilePlan]:
     """The three launches on a validated call; returns their tile plans in order."""
     plans = [launch_rms_norm(call.q, call.q_out, q_weight, eps, offset),

@@ -35,8 +35,11 @@ class Backend(ABC):
     device: torch.device
 
     @abstractmethod
-    def prepare(self, launches: Sequence[Launch], inner_reps: int) -> object:
-        """Make one arm ready to sample; the launches must have run once already."""
+    def prepare(self, launches: Sequence[Launch], inner_reps: int, label: str) -> object:
+        """Make one arm ready to sample; the launches must have run once already.
+
+        ``label`` names the arm (its role, e.g. ``A'``, or a reference such as ``copy``).
+        """
 
     @abstractmethod
     def run(self, arms: Sequence[object], sequence: Sequence[int], chunk: int) -> Timed:
@@ -65,7 +68,7 @@ class CudaBackend(Backend):
         self.device = device
         self.monitor = telemetry.Monitor(device.index or 0)
 
-    def prepare(self, launches: Sequence[Launch], inner_reps: int) -> _Graph:
+    def prepare(self, launches: Sequence[Launch], inner_reps: int, label: str) -> _Graph:
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -103,7 +106,7 @@ class CpuBackend(Backend):
     name = "cpu"
     device = torch.device("cpu")
 
-    def prepare(self, launches: Sequence[Launch], inner_reps: int) -> _Calls:
+    def prepare(self, launches: Sequence[Launch], inner_reps: int, label: str) -> _Calls:
         return _Calls(launches, inner_reps)
 
     def run(self, arms: Sequence[_Calls], sequence: Sequence[int], chunk: int) -> Timed:

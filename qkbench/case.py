@@ -143,3 +143,9 @@ def make_inputs(case: Case, seed: int, device: torch.device | str) -> Inputs:
                "weight_mode": g.weight_mode, "mrope_section": g.mrope_section,
                "mrope_layout": g.mrope_layout}
     return Inputs(q, k, q_weight, k_weight, positions, table, options)
+
+
+def fresh_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy with the same shape *and strides*, so a strided view stays strided."""
+    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    return out.copy_(x)

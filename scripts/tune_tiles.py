@@ -12,10 +12,11 @@ import statistics
 import sys
 
 import torch
-from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split
 
 from qkbench.backends import CudaBackend
 from qkbench.case import Case, Geometry, make_inputs
+from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split
+from qkbench.limits import per_call_seconds
 
 SHAPES = [
     (Geometry("qwen3-32x8", 32, 8, 128), [1, 8, 64, 512, 8192, 32768]),
@@ -29,11 +30,8 @@ KNOBS = [(e, w, 2) for e, w in itertools.product([2048, 4096, 8192], [512, 1024]
     (4096, 1024, 1), (4096, 1024, 4)]
 
 
-def per_call(backend: CudaBackend, launch, reps: int = 32, samples: int = 60) -> float:
-    launch()
-    arm = backend.prepare([launch], reps)
-    timed = backend.run([arm], [0] * (samples + 10), chunk=1000)
-    return statistics.median(timed.seconds[10:])
+def per_call(backend: CudaBackend, launch) -> float:
+    return statistics.median(per_call_seconds(backend, launch, 32, 70)[10:])
 
 
 def copy_launch(inputs):

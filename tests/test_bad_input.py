@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
 
 from qkbench.case import Case, Geometry, make_inputs
+from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
 
 ROUTES = [qk_norm_rope, qk_norm_rope_split]
 

@@ -4,11 +4,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import gpu_only
-from helpers import assert_bit_identical, assert_matches_oracle, differing_share, oracle_of
+
+from qkbench.accuracy import differing_share
+from qkbench.case import Case, Geometry, make_inputs
 from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
 
-from qkbench.case import Case, Geometry, make_inputs
+from conftest import gpu_only
+from helpers import assert_bit_identical, assert_matches_oracle, oracle_of
 
 BASE = Geometry("base", heads_q=4, heads_k=2, head_dim=64)
 

@@ -1,0 +1,1 @@
+"""The protocols shipped with qkbench (TOML files; see qkbench.protocol)."""

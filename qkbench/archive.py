@@ -1,0 +1,72 @@
+"""Run archives: versioned, self-describing JSON written atomically, never overwritten.
+
+Schema history:
+  1 (2026-12-02): protocol text + sha256 + resolved settings, environment, every pass
+    with its arm order, pid, raw per-sample times, warm-up samples and telemetry of each
+    arm, per-case verification, placement seed and same-bytes copy reference; a sha256
+    digest of each pass's raw content; the derived summary.
+"""
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from qkbench.errors import ArchiveError
+
+SCHEMA_VERSION = 1
+KIND = "qkbench.run"
+
+
+def pass_digest(result: dict) -> str:
+    """sha256 of a pass's raw content (everything but the digest itself), canonically."""
+    body = {k: v for k, v in result.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def new(protocol, settings: dict, environment: dict, command: list[str]) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": KIND, "status": "running",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command,
+        "protocol": {"path": protocol.path, "text": protocol.text, "sha256": protocol.sha256,
+                     "resolved": protocol.resolved()},
+        "settings": settings, "environment": environment, "passes": [], "summary": None,
+    }
+
+
+def write(path: Path, archive: dict) -> None:
+    """Write atomically: a reader sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(archive, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def create(path: Path, archive: dict) -> None:
+    """Write a new archive; refuses to replace an existing file."""
+    if path.exists():
+        raise ArchiveError(f"{path} exists: archives are never overwritten "
+                           "(choose another --out, or --resume it)")
+    write(path, archive)
+
+
+def read(path: Path) -> dict:
+    """Read and check an archive's kind and schema version."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ArchiveError(f"{path}: no such archive") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArchiveError(f"{path}: cannot be read as JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise ArchiveError(f"{path}: not a qkbench run archive")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ArchiveError(f"{path}: schema_version {version!r} is not supported "
+                           f"(this qkbench reads {SCHEMA_VERSION})")
+    return data

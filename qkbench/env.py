@@ -1,0 +1,68 @@
+"""The environment a run was measured in: hardware, software, and the code's identity."""
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata, resources
+from pathlib import Path
+
+import torch
+
+import qkbench
+from qkbench import telemetry
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    root = Path(qkbench.__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def code_identity() -> dict:
+    """The git commit and dirty flag, or what ``QKBENCH_GIT_COMMIT`` / ``QKBENCH_GIT_DIRTY``
+    say where the tree travelled without its ``.git`` (e.g. to a GPU machine)."""
+    commit = _git("rev-parse", "HEAD")
+    if commit is not None:
+        return {"commit": commit, "dirty": bool(_git("status", "--porcelain")), "source": "git"}
+    env_commit = os.environ.get("QKBENCH_GIT_COMMIT")
+    return {"commit": env_commit, "dirty": os.environ.get("QKBENCH_GIT_DIRTY") == "1"
+            if env_commit else None, "source": "environment" if env_commit else None}
+
+
+def kernel_hashes() -> dict[str, str]:
+    """sha256 of every kernel source file, so an archive names the exact kernels."""
+    folder = resources.files("qkbench.kernels")
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir(), key=lambda p: p.name) if p.name.endswith(".py")}
+
+
+def capture(device: torch.device) -> dict:
+    env = {
+        "python": sys.version.split()[0], "platform": platform.platform(),
+        "host": platform.node(), "torch": torch.__version__, "triton": _version("triton"),
+        "cuda": torch.version.cuda, "qkbench": qkbench.__version__,
+        "code": code_identity(), "kernels_sha256": kernel_hashes(),
+        "device": str(device),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
+    }
+    if device.type == "cuda":
+        index = device.index or 0
+        props = torch.cuda.get_device_properties(index)
+        env["gpu"] = {"name": props.name, "sms": props.multi_processor_count,
+                      "memory_bytes": props.total_memory, "l2_bytes": props.L2_cache_size,
+                      "capability": f"{props.major}.{props.minor}",
+                      **telemetry.Monitor(index).describe()}
+    return env

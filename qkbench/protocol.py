@@ -1,0 +1,257 @@
+"""Protocols: the TOML files that declare what a sweep measures and how.
+
+Loading validates every key: an unknown key or a wrong type is a ``ProtocolError`` that
+names the file, the key and the expected type. The defaults below are the documented
+measurement policy; every archive carries the resolved values.
+"""
+
+import hashlib
+from dataclasses import asdict, dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+
+import tomllib
+
+from qkbench.case import DTYPES, Case, Geometry
+from qkbench.errors import ProtocolError
+
+SCHEDULES = ("interleaved", "blocked")
+ISOLATIONS = ("process", "inprocess")
+CACHES = ("hot", "cold")
+TABLE_DTYPES = ("float32", "activation")
+POSITION_DTYPES = ("int32", "int64")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How each pass samples its arms (SPEC section 4)."""
+
+    passes: int = 6
+    warmup: int = 20
+    samples: int = 200
+    inner_reps: int = 32
+    drop_threshold: float = 0.01
+    schedule: str = "interleaved"
+    isolation: str = "process"
+    cache: str = "hot"
+    seed: int = 0
+    # Samples between two device synchronisations (and telemetry readings).
+    chunk: int = 64
+
+
+@dataclass(frozen=True)
+class Band:
+    """A named group of cells, by token range and optionally by geometry."""
+
+    name: str
+    tokens_min: int | None = None
+    tokens_max: int | None = None
+    geometries: tuple[str, ...] | None = None
+
+    def holds(self, geometry: str, tokens: int) -> bool:
+        return ((self.tokens_min is None or tokens >= self.tokens_min)
+                and (self.tokens_max is None or tokens <= self.tokens_max)
+                and (self.geometries is None or geometry in self.geometries))
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    routes: tuple[str, ...]
+    tokens: tuple[int, ...]
+    geometries: tuple[Geometry, ...]
+    description: str = ""
+    dtype: str = "bfloat16"
+    table_dtype: str = "float32"
+    positions_dtype: str = "int64"
+    max_position: int = 8192
+    eps: float = 1e-6
+    timing: Timing = field(default_factory=Timing)
+    bands: tuple[Band, ...] = ()
+    # The dispatch bound needs the gain to exceed the instrument width this many times.
+    dispatch_margin: float = 10.0
+    text: str = ""
+    path: str = ""
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @property
+    def baseline(self) -> str:
+        return self.routes[0]
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        return self.routes[1:]
+
+    def cases(self) -> list[Case]:
+        return [Case(g, t, self.dtype, self.table_dtype, self.positions_dtype,
+                     self.max_position, self.eps)
+                for g in self.geometries for t in self.tokens]
+
+    def resolved(self) -> dict:
+        """Every setting after defaults and overrides, as the archive records it."""
+        data = asdict(self)
+        del data["text"], data["path"]
+        return data
+
+    def with_overrides(self, routes: list[str] | None = None, **timing) -> "Protocol":
+        """A copy with CLI overrides applied (``None`` values keep the protocol's)."""
+        changes = {k: v for k, v in timing.items() if v is not None}
+        unknown = set(changes) - {f.name for f in fields(Timing)}
+        if unknown:
+            raise ProtocolError(f"unknown timing override(s): {sorted(unknown)}")
+        proto = replace(self, timing=replace(self.timing, **changes))
+        if routes:
+            proto = replace(proto, routes=tuple(routes))
+        _check_semantics(proto, "overrides")
+        return proto
+
+
+# Expected type of every key: (type, description) per table.
+_TYPES = {int: "an integer", float: "a number", str: "a string", bool: "a boolean",
+          list: "an array", dict: "a table"}
+
+_TOP = {"name": str, "description": str, "routes": list, "tokens": list, "dtype": str,
+        "table_dtype": str, "positions_dtype": str, "max_position": int, "eps": float,
+        "dispatch_margin": float, "timing": dict, "geometry": list, "band": list}
+_TIMING = {f.name: type(f.default) for f in fields(Timing)}
+_GEOMETRY = {"name": str, "heads_q": int, "heads_k": int, "head_dim": int, "rotary_dim": int,
+             "style": str, "weight_mode": str, "mrope_section": list, "mrope_layout": str,
+             "inplace": bool, "packed": bool, "batch": int}
+_BAND = {"name": str, "tokens_min": int, "tokens_max": int, "geometries": list}
+_REQUIRED = {"top": ("name", "routes", "tokens", "geometry"),
+             "geometry": ("name", "heads_q", "heads_k", "head_dim"), "band": ("name",)}
+
+
+def _check_table(src: str, where: str, table: dict, schema: dict) -> dict:
+    for key, value in table.items():
+        name = f"{where}{key}"
+        if key not in schema:
+            raise ProtocolError(f"{src}: unknown key '{name}' (expected one of "
+                                f"{', '.join(sorted(schema))})")
+        want = schema[key]
+        ok = isinstance(value, want) and not (want in (int, float) and isinstance(value, bool))
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise ProtocolError(f"{src}: '{name}' must be {_TYPES[want]}, got "
+                                f"{type(value).__name__} {value!r}")
+    return table
+
+
+def _require(src: str, where: str, table: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if key not in table:
+            raise ProtocolError(f"{src}: missing required key '{where}{key}'")
+
+
+def _int_list(src: str, name: str, values: list, minimum: int = 1) -> tuple[int, ...]:
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+                             for v in values):
+        raise ProtocolError(f"{src}: '{name}' must be a non-empty array of integers >= {minimum}")
+    return tuple(values)
+
+
+def _choice(src: str, name: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ProtocolError(f"{src}: '{name}' must be one of {list(choices)}, got {value!r}")
+
+
+def _geometry(src: str, i: int, table: dict) -> Geometry:
+    where = f"geometry[{i}]."
+    _check_table(src, where, table, _GEOMETRY)
+    _require(src, where, table, _REQUIRED["geometry"])
+    data = dict(table)
+    if "mrope_section" in data:
+        data["mrope_section"] = _int_list(src, where + "mrope_section", data["mrope_section"], 0)
+        if len(data["mrope_section"]) != 3:
+            raise ProtocolError(f"{src}: '{where}mrope_section' must have 3 entries")
+    return Geometry(**data)
+
+
+def _check_semantics(p: Protocol, src: str) -> None:
+    t = p.timing
+    for name in ("passes", "samples", "inner_reps", "chunk"):
+        if getattr(t, name) < 1:
+            raise ProtocolError(f"{src}: 'timing.{name}' must be >= 1")
+    if t.warmup < 0:
+        raise ProtocolError(f"{src}: 'timing.warmup' must be >= 0")
+    if not 0 < t.drop_threshold < 1:
+        raise ProtocolError(f"{src}: 'timing.drop_threshold' must be in (0, 1), "
+                            f"got {t.drop_threshold}")
+    _choice(src, "timing.schedule", t.schedule, SCHEDULES)
+    _choice(src, "timing.isolation", t.isolation, ISOLATIONS)
+    _choice(src, "timing.cache", t.cache, CACHES)
+    _choice(src, "dtype", p.dtype, DTYPES)
+    _choice(src, "table_dtype", p.table_dtype, TABLE_DTYPES)
+    _choice(src, "positions_dtype", p.positions_dtype, POSITION_DTYPES)
+    if len(p.routes) < 2:
+        raise ProtocolError(f"{src}: 'routes' needs a baseline and at least one candidate, "
+                            f"got {list(p.routes)}")
+    if len(set(p.candidates)) != len(p.candidates):
+        raise ProtocolError(f"{src}: candidate routes repeat: {list(p.candidates)}")
+    names = [g.name for g in p.geometries]
+    if len(set(names)) != len(names):
+        raise ProtocolError(f"{src}: geometry names repeat: {names}")
+    for b in p.bands:
+        for g in b.geometries or ():
+            if g not in names:
+                raise ProtocolError(f"{src}: band '{b.name}' names unknown geometry {g!r}")
+
+
+def parse(text: str, src: str = "<protocol>") -> Protocol:
+    """Parse and validate protocol TOML text; ``src`` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ProtocolError(f"{src}: not valid TOML: {e}") from None
+    _check_table(src, "", data, _TOP)
+    _require(src, "", data, _REQUIRED["top"])
+    routes = data["routes"]
+    if not all(isinstance(r, str) and r for r in routes):
+        raise ProtocolError(f"{src}: 'routes' must be an array of route names")
+    timing = _check_table(src, "timing.", data.get("timing", {}), _TIMING)
+    timing = Timing(**{k: float(v) if _TIMING[k] is float else v for k, v in timing.items()})
+    if not all(isinstance(g, dict) for g in data["geometry"]):
+        raise ProtocolError(f"{src}: 'geometry' must be an array of tables ([[geometry]])")
+    geometries = tuple(_geometry(src, i, g) for i, g in enumerate(data["geometry"]))
+    bands = []
+    for i, b in enumerate(data.get("band", [])):
+        if not isinstance(b, dict):
+            raise ProtocolError(f"{src}: 'band' must be an array of tables ([[band]])")
+        _check_table(src, f"band[{i}].", b, _BAND)
+        _require(src, f"band[{i}].", b, _REQUIRED["band"])
+        if "geometries" in b:
+            b = {**b, "geometries": tuple(b["geometries"])}
+        bands.append(Band(**b))
+    scalars = {k: data[k] for k in ("description", "dtype", "table_dtype", "positions_dtype",
+                                    "max_position", "eps", "dispatch_margin") if k in data}
+    for k in ("eps", "dispatch_margin"):
+        if k in scalars:
+            scalars[k] = float(scalars[k])
+    proto = Protocol(name=data["name"], routes=tuple(routes),
+                     tokens=_int_list(src, "tokens", data["tokens"]), geometries=geometries,
+                     timing=timing, bands=tuple(bands), text=text, path=src, **scalars)
+    _check_semantics(proto, src)
+    return proto
+
+
+def shipped() -> dict[str, str]:
+    """The protocols shipped with qkbench, by name, as their TOML text."""
+    folder = resources.files("qkbench.protocols")
+    return {p.name.removesuffix(".toml"): p.read_text()
+            for p in folder.iterdir() if p.name.endswith(".toml")}
+
+
+def load(spec: str) -> Protocol:
+    """Load a protocol from a path, or by name from the shipped ones (``smoke``)."""
+    path = Path(spec)
+    if path.is_file():
+        return parse(path.read_text(), str(path))
+    available = shipped()
+    name = path.name.removesuffix(".toml")
+    if name in available and not path.parent.parts[1:]:
+        return parse(available[name], f"protocols/{name}.toml")
+    raise ProtocolError(f"no protocol file {spec!r} (shipped: {', '.join(sorted(available))})")

@@ -1,0 +1,128 @@
+"""The manager of a sweep: one worker per pass, each finished pass appended to the archive.
+
+The archive is rewritten atomically after every pass, so a run that dies keeps what it
+finished; a pass whose process crashes is recorded as failed and the run goes on;
+``resume`` continues an interrupted run without repeating finished passes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from qkbench import archive as archives
+from qkbench import env
+from qkbench.backends import Backend
+from qkbench.errors import ArchiveError
+from qkbench.protocol import Protocol
+from qkbench.summary import summarize
+from qkbench.worker import PROGRESS
+
+
+@dataclass
+class Events:
+    """What a front end may hear about; the CLI draws its progress bar from these."""
+
+    pass_started: Callable[[int, int], None] = lambda index, total: None
+    case_done: Callable[[int, int], None] = lambda done, total: None
+    pass_finished: Callable[[int, str], None] = lambda index, status: None
+
+
+def job_for(protocol: Protocol, index: int, device: torch.device) -> dict:
+    return {"index": index, "device": str(device), "protocol_text": protocol.text,
+            "protocol_path": protocol.path, "overrides": _overrides(protocol),
+            "measure_limits": True}
+
+
+def _overrides(protocol: Protocol) -> dict:
+    """The resolved timing and routes, so the worker rebuilds exactly this protocol."""
+    resolved = protocol.resolved()
+    return {"routes": list(protocol.routes), **resolved["timing"]}
+
+
+def _worker_env(device: torch.device) -> dict:
+    child = dict(os.environ)
+    if device.type == "cpu":
+        child["TRITON_INTERPRET"] = "1"
+    return child
+
+
+def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
+    from qkbench.worker import run_pass
+
+    return run_pass(job, backend, events.case_done)
+
+
+def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
+    with tempfile.TemporaryDirectory(prefix="qkbench-pass-") as tmp:
+        job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")
+        job_path.write_text(json.dumps(job))
+        proc = subprocess.Popen([sys.executable, "-m", "qkbench.worker", str(job_path),
+                                 str(result_path)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=_worker_env(device))
+        tail: deque[str] = deque(maxlen=40)
+        for line in proc.stderr:
+            if line.startswith(PROGRESS):
+                done, total = (int(v) for v in line.split()[1:3])
+                events.case_done(done, total)
+            else:
+                tail.append(line.rstrip())
+        code = proc.wait()
+        if code == 0 and result_path.exists():
+            return json.loads(result_path.read_text())
+        return {"index": job["index"], "status": "failed", "returncode": code,
+                "pid": proc.pid, "stderr_tail": list(tail), "finished": time.time()}
+
+
+def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
+    if existing["protocol"]["sha256"] != protocol.sha256:
+        raise ArchiveError(f"{out}: cannot resume: it was run with another protocol text")
+    if existing["protocol"]["resolved"] != json.loads(json.dumps(protocol.resolved())):
+        raise ArchiveError(f"{out}: cannot resume: its settings differ from these overrides")
+    if existing["settings"] != settings:
+        raise ArchiveError(f"{out}: cannot resume: recorded settings {existing['settings']} "
+                           f"differ from {settings}")
+
+
+def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
+          command: list[str] | None = None, backend: Backend | None = None,
+          events: Events | None = None) -> dict:
+    """Run (or resume) every pass of ``protocol``; returns the final archive."""
+    events = events or Events()
+    t = protocol.timing
+    settings = {"device": str(device), "baseline": protocol.baseline,
+                "candidates": list(protocol.candidates), "schedule": t.schedule,
+                "isolation": t.isolation, "passes": t.passes}
+    if resume:
+        run = archives.read(out)
+        _check_resumable(run, protocol, settings, out)
+    else:
+        run = archives.new(protocol, settings, env.capture(device), command or [])
+        archives.create(out, run)
+    done = {p["index"] for p in run["passes"]}
+    for index in range(t.passes):
+        if index in done:
+            continue
+        events.pass_started(index, t.passes)
+        job = job_for(protocol, index, device)
+        if t.isolation == "process" and backend is None:
+            result = _run_in_subprocess(job, device, events)
+        else:
+            result = _run_in_process(job, backend, events)
+        result["digest"] = archives.pass_digest(result)
+        run["passes"] = sorted([*run["passes"], result], key=lambda p: p["index"])
+        run["summary"] = summarize(run)
+        archives.write(out, run)
+        events.pass_finished(index, result["status"])
+    run["status"] = "complete"
+    run["summary"] = summarize(run)
+    archives.write(out, run)
+    return run

@@ -1,0 +1,42 @@
+"""Before a case is timed: does every route compute the operation?
+
+Routes of one exact group (the shipped split and fused kernels) must agree bit for bit;
+every route must meet the FP64 oracle within the dtype's bound. A route that fails is
+reported and never timed.
+"""
+
+from collections.abc import Sequence
+
+from qkbench.accuracy import differing_share, oracle_error, within_tolerance
+from qkbench.case import Inputs, fresh_copy
+from qkbench.kernels import reference
+from qkbench.routes import Route
+
+
+def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, dict]:
+    """Per route: oracle errors, exactness against its group's first route, and ``ok``."""
+    oracle = inputs.call(reference.qk_norm_rope_oracle)
+    outputs, report = {}, {}
+    for route in routes:
+        if route.name in report:
+            continue
+        run = inputs.with_qk(fresh_copy(inputs.q), fresh_copy(inputs.k))
+        try:
+            outputs[route.name] = run.call(route.op, inplace=inplace)
+        except Exception as e:  # a route that raises is a wrong route, reported as such
+            report[route.name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            continue
+        errors = {name: oracle_error(out, ref)
+                  for name, out, ref in zip("qk", outputs[route.name], oracle, strict=True)}
+        entry = {"oracle": errors,
+                 "ok": all(within_tolerance(e, inputs.q.dtype) for e in errors.values())}
+        group_head = next((r for r in routes if r.exact_group and
+                           r.exact_group == route.exact_group and r.name in outputs), None)
+        if group_head is not None and group_head.name != route.name:
+            shares = [differing_share(a, b) for a, b in
+                      zip(outputs[route.name], outputs[group_head.name], strict=True)]
+            entry["exact_with"] = group_head.name
+            entry["differing_share"] = max(shares)
+            entry["ok"] = entry["ok"] and max(shares) == 0.0
+        report[route.name] = entry
+    return report

@@ -1,0 +1,181 @@
+"""One pass: every case of a protocol, each comparison's three arms, measured in one process.
+
+Run by the manager (``runner``) as ``python -m qkbench.worker JOB.json RESULT.json`` for
+a fresh process per pass, or called in process. It returns raw samples only; every
+statistic is derived later from what it wrote.
+"""
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from math import ceil
+
+import torch
+
+from qkbench import schedule
+from qkbench.backends import Backend, backend_for
+from qkbench.case import Case, Inputs, make_inputs
+from qkbench.protocol import Protocol, parse
+from qkbench.routes import Route, resolve
+from qkbench.verify import verify
+
+PROGRESS = "qkbench-progress"
+
+
+def protocol_of(job: dict) -> Protocol:
+    overrides = dict(job.get("overrides", {}))
+    return parse(job["protocol_text"], job["protocol_path"]).with_overrides(**overrides)
+
+
+def _input_sets(case: Case, seed: int, backend: Backend, cold: bool,
+                inner_reps: int) -> list[Inputs]:
+    """One input set, or (cold cache) enough distinct sets to sweep through twice the L2."""
+    first = make_inputs(case, seed, backend.device)
+    count = 1
+    if cold and backend.device.type == "cuda":
+        l2 = torch.cuda.get_device_properties(backend.device.index or 0).L2_cache_size
+        set_bytes = sum(x.numel() * x.element_size() for x in (first.q, first.k))
+        count = min(inner_reps, max(1, ceil(2 * l2 / set_bytes)))
+    return [first] + [make_inputs(case, seed + i, backend.device) for i in range(1, count)]
+
+
+def _plans(case: Case, device: torch.device) -> dict:
+    from qkbench.kernels.fused import fused_plans
+    from qkbench.kernels.split import split_plans
+
+    g = case.geometry
+    args = (case.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary, device)
+    return {"fused": [p.as_dict() for p in fused_plans(*args)],
+            "split": [p.as_dict() for p in split_plans(*args)]}
+
+
+def _telemetry_within(readings: list[dict], lo: int, hi: int) -> list[dict]:
+    """The readings that bracket the samples at sequence positions ``[lo, hi)``."""
+    before = [r for r in readings if r["after_sample"] <= lo][-1:]
+    return before + [r for r in readings if lo < r["after_sample"] <= hi]
+
+
+def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs],
+             inplace: bool, order: tuple[str, ...], p: Protocol) -> dict:
+    """Time the three arms of one comparison in ``order`` under the protocol's schedule."""
+    t = p.timing
+    prepared = []
+    for label in order:
+        # Per-arm buffers are allocated here, in the pass's permutation order.
+        launches = routes[label].launches(input_sets, inplace)
+        for launch in launches:
+            launch()
+        prepared.append(backend.prepare(launches, t.inner_reps, label))
+    seq = schedule.sequence(len(order), t.warmup + t.samples, t.schedule)
+    timed = backend.run(prepared, seq, t.chunk)
+    per_arm = schedule.split_by_arm(timed.seconds, seq, len(order))
+    arms = []
+    for i, label in enumerate(order):
+        positions = [n for n, a in enumerate(seq) if a == i]
+        arms.append({
+            "label": label, "route": routes[label].name,
+            "warmup": per_arm[i][: t.warmup], "samples": per_arm[i][t.warmup:],
+            "telemetry": _telemetry_within(timed.telemetry, positions[0], positions[-1] + 1)
+            if timed.telemetry else [],
+        })
+    return {"baseline": routes["A"].name, "candidate": routes["B"].name, "status": "ok",
+            "arms": arms}
+
+
+def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol) -> dict:
+    """A same-bytes ``copy_`` of q and k: what moving this case's rows once costs."""
+    pairs = [(inputs, torch.empty_like(inputs.q), torch.empty_like(inputs.k))
+             for inputs in input_sets]
+
+    def make(inputs: Inputs, q: torch.Tensor, k: torch.Tensor) -> Callable[[], None]:
+        def launch() -> None:
+            q.copy_(inputs.q)
+            k.copy_(inputs.k)
+        return launch
+
+    launches = [make(*pair) for pair in pairs]
+    for launch in launches:
+        launch()
+    arm = backend.prepare(launches, p.timing.inner_reps, "copy")
+    seconds = backend.run([arm], [0] * (p.timing.warmup + p.timing.samples), p.timing.chunk).seconds
+    q, k = input_sets[0].q, input_sets[0].k
+    return {"bytes": 2 * (q.numel() + k.numel()) * q.element_size(),
+            "samples": seconds[p.timing.warmup:]}
+
+
+def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_index: int,
+             order: tuple[str, ...]) -> dict:
+    t = p.timing
+    seed = schedule.placement_seed(t.seed, pass_index, case_index)
+    padding = schedule.pad_allocation(seed, backend.device)
+    input_sets = _input_sets(case, t.seed * 100_003 + case_index, backend, t.cache == "cold",
+                             t.inner_reps)
+    inplace = case.geometry.inplace
+    baseline = resolve(p.baseline)
+    candidates = [resolve(name) for name in p.candidates]
+    checks = verify([baseline, *candidates], input_sets[0], inplace)
+    result = {"key": case.key, "case": case.as_dict(), "placement_seed": seed,
+              "padding_bytes": padding.numel(), "input_sets": len(input_sets),
+              "verification": checks, "plans": _plans(case, backend.device),
+              "bytes": {r.name: r.bytes_moved(input_sets[0]) for r in (baseline, *candidates)},
+              "comparisons": []}
+    for cand in candidates:
+        bad = [r.name for r in (baseline, cand) if not checks[r.name]["ok"]]
+        if bad:
+            result["comparisons"].append({"baseline": baseline.name, "candidate": cand.name,
+                                          "status": "invalid", "invalid_routes": bad})
+            continue
+        routes = {"A": baseline, "B": cand, "A'": baseline}
+        result["comparisons"].append(_compare(backend, routes, input_sets, inplace, order, p))
+    result["copy"] = _copy_reference(backend, input_sets, p)
+    del padding
+    return result
+
+
+def run_pass(job: dict, backend: Backend | None = None,
+             progress: Callable[[int, int], None] | None = None) -> dict:
+    """Measure one pass described by ``job``; returns its raw result."""
+    from qkbench import limits
+
+    p = protocol_of(job)
+    backend = backend or backend_for(torch.device(job["device"]))
+    order = schedule.order_of(job["index"])
+    started = time.time()
+    cases = p.cases()
+    results = []
+    for i, case in enumerate(cases):
+        try:
+            results.append(run_case(backend, p, case, i, job["index"], order))
+        except torch.cuda.OutOfMemoryError as e:
+            results.append({"key": case.key, "case": case.as_dict(), "error": str(e)})
+        if backend.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if progress:
+            progress(i + 1, len(cases))
+    return {"index": job["index"], "order": list(order), "pid": os.getpid(), "status": "ok",
+            "started": started, "finished": time.time(),
+            "limits": limits.measure(backend, p.timing.inner_reps)
+            if job.get("measure_limits", True) else None,
+            "cases": results}
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = argv
+    with open(job_path) as f:
+        job = json.load(f)
+
+    def progress(done: int, total: int) -> None:
+        print(f"{PROGRESS} {done} {total}", file=sys.stderr, flush=True)
+
+    result = run_pass(job, progress=progress)
+    tmp = result_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
