@@ -197,7 +197,7 @@ def env_cmd(device: DeviceOpt = "auto") -> None:
         out.print(f"{key}: {info.get(key)}")
     out.print(f"copy bandwidth: {measured['copy']['gbps']:.1f} GB/s "
               f"({measured['copy']['bytes'] / 2**30:.2f} GiB read + written)")
-    for name, floor in measured["launch_floor"].items():
+    for floor in measured["launch_floor"].values():
         out.print(f"launch floor ({floor['programs']} program(s)): "
                   f"{floor['median_s'] * 1e6:.3f} us per call in a graph")
     if dev.type == "cpu":

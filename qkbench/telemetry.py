@@ -56,8 +56,10 @@ class Monitor:
         if self.handle is None:
             return None
         h = self.handle
+        reasons = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                   or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
         try:
-            mask = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+            mask = reasons(h)
             return {
                 "after_sample": after_sample,
                 "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
@@ -67,7 +69,7 @@ class Monitor:
                 "throttle_mask": mask,
                 "throttle": throttle_names(mask),
             }
-        except pynvml.NVMLError:
+        except (pynvml.NVMLError, AttributeError):
             return None
 
     def describe(self) -> dict:
