@@ -45,7 +45,14 @@ def _fused_tile(
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
 
+    # The table rows hang on a dependent load of the positions: issue them first, so that
+    # their latency overlaps the row loads and the reduction (it rules at decode widths).
+    c, s = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, stride_cs, stride_pos_axis, stride_pos_t,
+                   R2, MROPE)  # [BT, 1, R2]
     x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+    i1, i2 = pair_offsets(R2, NEOX)
+    w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
+    w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
     sumsq = pairs_sumsq(x1, x2, R2, NEOX, BT, BH)  # [BT, BH]: the tree over [0, R)
     if R < D:
         # The pass-through channels sit at their natural places in a [0, DB) tile whose
@@ -54,22 +61,19 @@ def _fused_tile(
         d = tl.arange(0, DB)[None, None, :]
         pass_mask = mask & (d >= R) & (d < D)
         xp = tl.load(x_row + d, mask=pass_mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
+        dp = tl.arange(0, DB)
+        wp = norm_weight(w_ptr, dp, (dp >= R) & (dp < D), OFFSET)
         blocks = pairwise_sum(xp * xp, DB, DB // R, BT, BH)  # [BT, BH, DB // R]
         first = tl.arange(0, DB // R)[None, None, :] == 0
         blocks = blocks + tl.where(first, sumsq[:, :, None], 0.0)
         sumsq = tl.reshape(pairwise_sum(blocks, DB // R, 1, BT, BH), (BT, BH))
     rstd = inv_rms(sumsq, D, eps)
 
-    i1, i2 = pair_offsets(R2, NEOX)
-    y1 = normalize(x1.to(tl.float32), rstd, norm_weight(w_ptr, i1, i1 < D, OFFSET), dtype)
-    y2 = normalize(x2.to(tl.float32), rstd, norm_weight(w_ptr, i2, i2 < D, OFFSET), dtype)
-    c, s = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, stride_cs, stride_pos_axis, stride_pos_t,
-                   R2, MROPE)  # [BT, 1, R2]
+    y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
+    y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
     o1, o2 = rotate(y1, y2, c, s)
     store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
     if R < D:
-        dp = tl.arange(0, DB)
-        wp = norm_weight(w_ptr, dp, (dp >= R) & (dp < D), OFFSET)
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
 
 

@@ -40,8 +40,8 @@ def rms_norm_kernel(
     d = tl.arange(0, DB)
     mask = row_mask & (d < D)[None, None, :]
     x = tl.load(x_row + d[None, None, :], mask=mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
-    rstd = inv_rms(tl.reshape(pairwise_sum(x * x, DB, 1, BT, BH), (BT, BH)), D, eps)
     w = norm_weight(w_ptr, d, d < D, OFFSET)
+    rstd = inv_rms(tl.reshape(pairwise_sum(x * x, DB, 1, BT, BH), (BT, BH)), D, eps)
     tl.store(y_row + d[None, None, :], normalize(x, rstd, w, y_ptr.dtype.element_ty), mask=mask)
 
 

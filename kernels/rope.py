@@ -30,9 +30,10 @@ def _rope_tile(
     t, h = tile_coords(pid, n_head_blocks, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
-    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+    # The table rows first: they wait on a dependent load of the positions.
     c, s = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, stride_cs, stride_pos_axis, stride_pos_t,
                    R2, MROPE)  # [BT, 1, R2]
+    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
     o1, o2 = rotate(x1, x2, c, s)
     dtype = o_ptr.dtype.element_ty
     store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
