@@ -59,6 +59,8 @@ def _cycle(launches: Sequence[Launch], inner_reps: int) -> None:
 class _Graph:
     graph: torch.cuda.CUDAGraph
     inner_reps: int
+    # The graph replays raw pointers: keep the launches (and the buffers they hold) alive.
+    launches: Sequence[Launch]
 
 
 class CudaBackend(Backend):
@@ -74,7 +76,7 @@ class CudaBackend(Backend):
         with torch.cuda.graph(graph):
             _cycle(launches, inner_reps)
         torch.cuda.synchronize(self.device)
-        return _Graph(graph, inner_reps)
+        return _Graph(graph, inner_reps, launches)
 
     def run(self, arms: Sequence[_Graph], sequence: Sequence[int], chunk: int) -> Timed:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))

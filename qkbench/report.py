@@ -107,8 +107,8 @@ def failures(archive: dict) -> list[str]:
     lines = []
     for p in archive["passes"]:
         if p["status"] != "ok":
-            lines.append(f"pass {p['index']} failed (exit {p.get('returncode')}): "
-                         + (p.get("stderr_tail") or ["no output"])[-1])
+            said = [*p.get("stderr_head", []), *p.get("stderr_tail", [])] or ["no output"]
+            lines.append(f"pass {p['index']} failed (exit {p.get('returncode')}): {said[-1]}")
         for c in p.get("cases", []):
             if "error" in c:
                 lines.append(f"pass {p['index']} {c['key']}: {c['error']}")

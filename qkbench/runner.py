@@ -68,18 +68,21 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
         proc = subprocess.Popen([sys.executable, "-m", "qkbench.worker", str(job_path),
                                  str(result_path)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, env=_worker_env(device))
-        tail: deque[str] = deque(maxlen=40)
+        head: list[str] = []
+        tail: deque[str] = deque(maxlen=20)
         for line in proc.stderr:
             if line.startswith(PROGRESS):
                 done, total = (int(v) for v in line.split()[1:3])
                 events.case_done(done, total)
+            elif len(head) < 40:
+                head.append(line.rstrip())
             else:
                 tail.append(line.rstrip())
         code = proc.wait()
         if code == 0 and result_path.exists():
             return json.loads(result_path.read_text())
         return {"index": job["index"], "status": "failed", "returncode": code,
-                "pid": proc.pid, "stderr_tail": list(tail), "finished": time.time()}
+                "pid": proc.pid, "stderr_head": head, "stderr_tail": list(tail), "finished": time.time()}
 
 
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
