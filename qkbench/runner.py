@@ -82,7 +82,8 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
         if code == 0 and result_path.exists():
             return json.loads(result_path.read_text())
         return {"index": job["index"], "status": "failed", "returncode": code,
-                "pid": proc.pid, "stderr_head": head, "stderr_tail": list(tail), "finished": time.time()}
+                "pid": proc.pid, "stderr_head": head, "stderr_tail": list(tail),
+                "finished": time.time()}
 
 
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
