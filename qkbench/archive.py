@@ -61,7 +61,7 @@ def read(path: Path) -> dict:
             data = json.load(f)
     except FileNotFoundError:
         raise ArchiveError(f"{path}: no such archive") from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ArchiveError(f"{path}: cannot be read as JSON ({e})") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ArchiveError(f"{path}: not a qkbench run archive")

@@ -50,7 +50,7 @@ def _protocol(spec: str | None, device):
 
 
 def _fail(e: QkbenchError) -> None:
-    err.print(f"[red]error:[/red] {e}", highlight=False)
+    err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -141,8 +141,9 @@ def audit(archive: Path) -> None:
         _fail(e)
     if problems:
         for p in problems[:20]:
-            err.print(f"[red]mismatch:[/red] {p}", highlight=False)
-        err.print(f"[red]audit failed:[/red] {len(problems)} problem(s) in {archive}")
+            err.print(f"[red]mismatch:[/red] {p}", highlight=False, soft_wrap=True)
+        err.print(f"[red]audit failed:[/red] {len(problems)} problem(s) in {archive}",
+                  soft_wrap=True)
         raise typer.Exit(1)
     out.print(f"audit ok: {archive} (summaries recomputed from the raw samples match)")
 

@@ -141,10 +141,11 @@ def _check_table(src: str, where: str, table: dict, schema: dict) -> dict:
     return table
 
 
-def _require(src: str, where: str, table: dict, keys: tuple[str, ...]) -> None:
+def _require(src: str, where: str, table: dict, schema: dict, keys: tuple[str, ...]) -> None:
     for key in keys:
         if key not in table:
-            raise ProtocolError(f"{src}: missing required key '{where}{key}'")
+            raise ProtocolError(f"{src}: missing required key '{where}{key}' "
+                                f"({_TYPES[schema[key]]})")
 
 
 def _int_list(src: str, name: str, values: list, minimum: int = 1) -> tuple[int, ...]:
@@ -162,7 +163,7 @@ def _choice(src: str, name: str, value: str, choices) -> None:
 def _geometry(src: str, i: int, table: dict) -> Geometry:
     where = f"geometry[{i}]."
     _check_table(src, where, table, _GEOMETRY)
-    _require(src, where, table, _REQUIRED["geometry"])
+    _require(src, where, table, _GEOMETRY, _REQUIRED["geometry"])
     data = dict(table)
     if "mrope_section" in data:
         data["mrope_section"] = _int_list(src, where + "mrope_section", data["mrope_section"], 0)
@@ -208,7 +209,7 @@ def parse(text: str, src: str = "<protocol>") -> Protocol:
     except tomllib.TOMLDecodeError as e:
         raise ProtocolError(f"{src}: not valid TOML: {e}") from None
     _check_table(src, "", data, _TOP)
-    _require(src, "", data, _REQUIRED["top"])
+    _require(src, "", data, _TOP, _REQUIRED["top"])
     routes = data["routes"]
     if not all(isinstance(r, str) and r for r in routes):
         raise ProtocolError(f"{src}: 'routes' must be an array of route names")
@@ -222,7 +223,7 @@ def parse(text: str, src: str = "<protocol>") -> Protocol:
         if not isinstance(b, dict):
             raise ProtocolError(f"{src}: 'band' must be an array of tables ([[band]])")
         _check_table(src, f"band[{i}].", b, _BAND)
-        _require(src, f"band[{i}].", b, _REQUIRED["band"])
+        _require(src, f"band[{i}].", b, _BAND, _REQUIRED["band"])
         if "geometries" in b:
             b = {**b, "geometries": tuple(b["geometries"])}
         bands.append(Band(**b))

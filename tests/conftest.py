@@ -18,3 +18,28 @@ gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 @pytest.fixture
 def device() -> str:
     return DEVICE
+
+
+@pytest.fixture(scope="session")
+def smoke_sweep(tmp_path_factory):
+    """The full smoke protocol swept once through the CLI, a fresh process per pass:
+    ``(archive path, CLI result)``, shared by every test that only reads an archive."""
+    # Imported here, not at the top: the kernels must see TRITON_INTERPRET first.
+    from typer.testing import CliRunner
+
+    from qkbench.cli import app
+
+    path = tmp_path_factory.mktemp("smoke") / "smoke.json"
+    result = CliRunner().invoke(app, ["sweep", "--protocol", "smoke", "--device", "cpu",
+                                      "--out", str(path)])
+    return path, result
+
+
+@pytest.fixture(scope="session")
+def smoke_archive(smoke_sweep) -> dict:
+    """The smoke sweep's archive, as read back from disk."""
+    from qkbench import archive
+
+    path, result = smoke_sweep
+    assert result.exit_code == 0, result.output
+    return archive.read(path)

@@ -1,0 +1,290 @@
+"""Run archives end to end: the real CPU backend, a fresh worker process per pass.
+
+One full smoke sweep (shared, see ``conftest.smoke_sweep``) is read by most tests; the
+crash and resume tests run their own two- or three-pass sweeps with fewer samples.
+"""
+
+import copy
+import hashlib
+import json
+import os
+import signal
+import sys
+from itertools import permutations
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import qkbench
+from qkbench import archive as archives
+from qkbench import report, runner
+from qkbench.audit import audit
+from qkbench.cli import app
+from qkbench.errors import ArchiveError
+from qkbench.protocol import load, parse, shipped
+from qkbench.schedule import ARMS
+
+CPU = torch.device("cpu")
+FIXTURES = Path(__file__).parent / "fixtures"
+KERNELS = Path(__file__).parent.parent / "kernels"
+
+
+def cheap(passes: int, routes: list[str] | None = None):
+    """The smoke protocol with fewer passes and samples: the whole machinery, quickly."""
+    return load("smoke").with_overrides(routes=routes, passes=passes, samples=2, warmup=0)
+
+
+def write_json(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+# -- the full smoke sweep ------------------------------------------------------------------
+
+
+def test_full_smoke_sweep_completes_through_the_cli(smoke_sweep):
+    path, result = smoke_sweep
+    assert result.exit_code == 0, result.output
+    assert f"archive: {path}" in result.stderr
+    assert "split -> fused" in result.stdout
+
+
+def test_smoke_archive_audits_clean(smoke_archive):
+    assert audit(smoke_archive) == []
+
+
+def test_smoke_archive_is_complete_with_every_pass_ok(smoke_archive):
+    assert smoke_archive["status"] == "complete"
+    assert [p["index"] for p in smoke_archive["passes"]] == list(range(6))
+    assert all(p["status"] == "ok" for p in smoke_archive["passes"])
+    assert smoke_archive["summary"]["passes"] == {"ok": 6, "failed": 0}
+
+
+def test_every_comparison_in_the_archive_has_three_arms_in_its_pass_order(smoke_archive):
+    for p in smoke_archive["passes"]:
+        for case in p["cases"]:
+            (comp,) = case["comparisons"]
+            assert comp["status"] == "ok"
+            assert [a["label"] for a in comp["arms"]] == p["order"]
+            assert sorted(a["label"] for a in comp["arms"]) == sorted(ARMS)
+
+
+def test_smoke_passes_cover_all_six_arm_orders(smoke_archive):
+    assert {tuple(p["order"]) for p in smoke_archive["passes"]} == set(permutations(ARMS))
+
+
+def test_each_pass_ran_in_its_own_process(smoke_archive):
+    pids = [p["pid"] for p in smoke_archive["passes"]]
+    assert len(set(pids)) == 6
+    assert os.getpid() not in pids
+
+
+def test_archive_keeps_every_raw_sample_and_warmup(smoke_archive):
+    timing = smoke_archive["protocol"]["resolved"]["timing"]
+    for p in smoke_archive["passes"]:
+        for case in p["cases"]:
+            for arm in case["comparisons"][0]["arms"]:
+                assert len(arm["samples"]) == timing["samples"]
+                assert len(arm["warmup"]) == timing["warmup"]
+                assert all(s > 0 for s in arm["samples"] + arm["warmup"])
+
+
+def test_archive_carries_its_schema_version_and_kind(smoke_archive):
+    assert smoke_archive["schema_version"] == archives.SCHEMA_VERSION
+    assert smoke_archive["kind"] == archives.KIND
+
+
+def test_archive_protocol_hash_matches_its_text(smoke_archive):
+    recorded = smoke_archive["protocol"]
+    assert recorded["text"] == shipped()["smoke"]
+    assert recorded["sha256"] == hashlib.sha256(recorded["text"].encode()).hexdigest()
+
+
+def test_archive_records_the_resolved_settings(smoke_archive):
+    assert smoke_archive["protocol"]["resolved"] == json.loads(
+        json.dumps(load("smoke").resolved()))
+    assert smoke_archive["settings"] == {
+        "device": "cpu", "baseline": "split", "candidates": ["fused"],
+        "schedule": "interleaved", "isolation": "process", "passes": 6}
+
+
+def test_archive_records_the_environment(smoke_archive):
+    env = smoke_archive["environment"]
+    assert (env["python"], env["torch"], env["qkbench"]) == (
+        sys.version.split()[0], torch.__version__, qkbench.__version__)
+    assert env["device"] == "cpu" and env["triton_interpret"] is True
+    assert env["triton"] and env["platform"]
+    assert set(env["code"]) == {"commit", "dirty", "source"}
+
+
+def test_archive_names_the_exact_kernel_sources(smoke_archive):
+    on_disk = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in KERNELS.glob("*.py")}
+    assert smoke_archive["environment"]["kernels_sha256"] == on_disk
+
+
+def test_every_pass_verified_fused_bit_exact_with_split(smoke_archive):
+    for p in smoke_archive["passes"]:
+        for case in p["cases"]:
+            checks = case["verification"]
+            assert checks["split"]["ok"] and checks["fused"]["ok"]
+            assert (checks["fused"]["exact_with"], checks["fused"]["differing_share"]) == (
+                "split", 0.0)
+
+
+# -- audit -----------------------------------------------------------------------------------
+
+
+def first_arm(run: dict) -> dict:
+    return run["passes"][0]["cases"][0]["comparisons"][0]["arms"][0]
+
+
+def test_audit_fails_when_one_raw_sample_is_edited(smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    first_arm(edited)["samples"][0] *= 1.5
+    assert "pass 0: raw content does not match its digest" in audit(edited)
+
+
+def test_audit_fails_when_raw_samples_no_longer_give_the_stored_summary(smoke_archive):
+    # A forger who also refreshes the pass digest is caught by the recomputed summary.
+    edited = copy.deepcopy(smoke_archive)
+    arm = first_arm(edited)
+    arm["samples"] = [s * 10 for s in arm["samples"]]
+    edited["passes"][0]["digest"] = archives.pass_digest(edited["passes"][0])
+    problems = audit(edited)
+    assert problems and all(p.startswith("summary.") for p in problems)
+
+
+def test_audit_fails_when_the_protocol_text_is_edited(smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    edited["protocol"]["text"] += "\n# edited"
+    assert audit(edited) == ["protocol: text does not match its sha256"]
+
+
+def test_audit_cli_passes_a_clean_archive(smoke_sweep):
+    path, _ = smoke_sweep
+    result = CliRunner().invoke(app, ["audit", str(path)])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("audit ok:")
+
+
+def test_audit_cli_exits_1_on_an_edited_archive(smoke_archive, tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    first_arm(edited)["samples"][0] *= 1.5
+    path = write_json(tmp_path / "edited.json", edited)
+    result = CliRunner().invoke(app, ["audit", str(path)])
+    assert result.exit_code == 1
+    assert "mismatch: pass 0: raw content does not match its digest" in result.stderr
+    assert f"audit failed: 1 problem(s) in {path}" in result.stderr
+
+
+# -- never overwritten, refused resumes ------------------------------------------------------
+
+
+def test_existing_archive_is_never_overwritten(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text("precious")
+    with pytest.raises(ArchiveError, match="never overwritten"):
+        runner.sweep(cheap(1), CPU, path)
+    assert path.read_text() == "precious"
+
+
+def test_resume_refuses_other_settings(smoke_sweep):
+    path, _ = smoke_sweep
+    before = path.read_bytes()
+    with pytest.raises(ArchiveError, match="cannot resume: its settings differ"):
+        runner.sweep(load("smoke").with_overrides(passes=7), CPU, path, resume=True)
+    assert path.read_bytes() == before
+
+
+def test_resume_refuses_another_protocol_text(smoke_sweep):
+    path, _ = smoke_sweep
+    before = path.read_bytes()
+    edited = parse(shipped()["smoke"] + "\n# edited\n", "smoke-edited.toml")
+    with pytest.raises(ArchiveError, match="cannot resume: it was run with another protocol"):
+        runner.sweep(edited, CPU, path, resume=True)
+    assert path.read_bytes() == before
+
+
+# -- a pass process killed mid-run -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def crashed_run(tmp_path_factory) -> dict:
+    """Three passes with a user route whose worker kills itself (SIGKILL) in pass 1."""
+    tmp = tmp_path_factory.mktemp("crash")
+    countdown = tmp / "countdown"
+    countdown.write_text("1")  # pass 0 runs, pass 1 is killed, pass 2 runs
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(
+            [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        mp.setenv("QKBENCH_TEST_CRASH_COUNTDOWN", str(countdown))
+        protocol = cheap(3, routes=["split", "crashing_route:qk_norm_rope"])
+        runner.sweep(protocol, CPU, tmp / "run.json")
+    return archives.read(tmp / "run.json")
+
+
+def test_killed_pass_is_recorded_as_failed(crashed_run):
+    killed = crashed_run["passes"][1]
+    assert (killed["index"], killed["status"]) == (1, "failed")
+    assert killed["returncode"] == -signal.SIGKILL
+    assert "cases" not in killed
+
+
+def test_run_completes_after_a_killed_pass(crashed_run):
+    assert crashed_run["status"] == "complete"
+    assert [(p["index"], p["status"]) for p in crashed_run["passes"]] == [
+        (0, "ok"), (1, "failed"), (2, "ok")]
+    assert crashed_run["summary"]["passes"] == {"ok": 2, "failed": 1}
+    for cell in crashed_run["summary"]["comparisons"][0]["cases"]:
+        assert [r["pass"] for r in cell["passes"]] == [0, 2]
+
+
+def test_archive_with_a_killed_pass_audits_clean(crashed_run):
+    assert audit(crashed_run) == []
+
+
+def test_report_names_the_killed_pass(crashed_run):
+    assert any(line.startswith("pass 1 failed (exit -9)") for line in report.failures(crashed_run))
+
+
+# -- an interrupted run, resumed -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> Path:
+    """A two-pass sweep interrupted (Ctrl-C) right after its first pass was archived."""
+    path = tmp_path_factory.mktemp("interrupted") / "run.json"
+
+    def interrupt(index: int, status: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.sweep(cheap(2), CPU, path, events=runner.Events(pass_finished=interrupt))
+    return path
+
+
+def test_interrupted_run_keeps_the_passes_it_finished(interrupted):
+    run = archives.read(interrupted)
+    assert run["status"] == "running"
+    assert [(p["index"], p["status"]) for p in run["passes"]] == [(0, "ok")]
+    assert audit(run) == []
+
+
+def test_resume_finishes_an_interrupted_run_without_repeating_finished_passes(
+        interrupted, tmp_path):
+    path = tmp_path / "run.json"
+    path.write_bytes(interrupted.read_bytes())
+    before = archives.read(path)
+    started = []
+    runner.sweep(cheap(2), CPU, path, resume=True,
+                 events=runner.Events(pass_started=lambda index, total: started.append(index)))
+    after = archives.read(path)
+    assert started == [1]
+    assert after["status"] == "complete"
+    assert after["passes"][0] == before["passes"][0]  # same pid, start time, samples
+    assert after["passes"][1]["index"] == 1
+    assert after["passes"][1]["pid"] != after["passes"][0]["pid"]
+    assert audit(after) == []

@@ -1,0 +1,133 @@
+"""Protocols: every shipped one loads; a bad one is an error naming file, key and type."""
+
+import hashlib
+
+import pytest
+
+from qkbench.errors import ProtocolError
+from qkbench.protocol import Timing, load, parse, shipped
+
+VALID = """
+name = "tiny"
+routes = ["split", "fused"]
+tokens = [1, 4]
+
+[timing]
+passes = 3
+
+[[geometry]]
+name = "g"
+heads_q = 2
+heads_k = 1
+head_dim = 64
+"""
+
+
+@pytest.mark.parametrize("name", sorted(shipped()))
+def test_every_shipped_protocol_loads(name):
+    p = load(name)
+    assert p.name == name
+    assert p.sha256 == hashlib.sha256(shipped()[name].encode()).hexdigest()
+    assert p.cases() and p.candidates
+
+
+def test_protocol_loads_from_a_file(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(VALID)
+    p = load(str(path))
+    assert (p.path, p.text, p.timing.passes) == (str(path), VALID, 3)
+
+
+def test_defaults_fill_what_a_protocol_leaves_out():
+    p = parse(VALID)
+    assert p.timing == Timing(passes=3)
+    assert (p.dtype, p.baseline, p.candidates) == ("bfloat16", "split", ("fused",))
+
+
+def test_unknown_protocol_name_lists_the_shipped_ones():
+    with pytest.raises(ProtocolError, match=r"no protocol file 'nonesuch'.*smoke"):
+        load("nonesuch")
+
+
+def test_a_number_key_accepts_an_integer():
+    p = parse(VALID.replace('name = "tiny"', 'name = "tiny"\neps = 1'))
+    assert p.eps == 1.0 and isinstance(p.eps, float)
+
+
+# (id, edit of the valid text, what the error must name after the file)
+BAD = [
+    ("unknown-top-key", ("tokens = [1, 4]", "tokens = [1, 4]\ntoken = 3"),
+     ["unknown key 'token'", "expected one of", "tokens"]),
+    ("unknown-timing-key", ("passes = 3", "passes = 3\nsampels = 5"),
+     ["unknown key 'timing.sampels'", "samples"]),
+    ("unknown-geometry-key", ("head_dim = 64", "head_dim = 64\nheads_v = 1"),
+     ["unknown key 'geometry[0].heads_v'", "heads_k"]),
+    ("top-wrong-type", ("tokens = [1, 4]", 'tokens = "4"'),
+     ["'tokens' must be an array", "got str '4'"]),
+    ("timing-wrong-type", ("passes = 3", 'passes = "3"'),
+     ["'timing.passes' must be an integer", "got str '3'"]),
+    ("boolean-is-not-an-integer", ("passes = 3", "passes = true"),
+     ["'timing.passes' must be an integer", "got bool True"]),
+    ("float-is-not-an-integer", ("head_dim = 64", "head_dim = 64.0"),
+     ["'geometry[0].head_dim' must be an integer", "got float 64.0"]),
+    ("geometry-wrong-type", ("head_dim = 64", "head_dim = 64\ninplace = 1"),
+     ["'geometry[0].inplace' must be a boolean", "got int 1"]),
+    ("missing-top-key", ('routes = ["split", "fused"]\n', ""),
+     ["missing required key 'routes'", "an array"]),
+    ("missing-geometry-key", ("head_dim = 64", ""),
+     ["missing required key 'geometry[0].head_dim'", "an integer"]),
+    ("token-list-of-strings", ("tokens = [1, 4]", 'tokens = ["1"]'),
+     ["'tokens' must be a non-empty array of integers >= 1"]),
+    ("unknown-schedule", ("passes = 3", 'passes = 3\nschedule = "zigzag"'),
+     ["'timing.schedule' must be one of ['interleaved', 'blocked']", "'zigzag'"]),
+    ("no-candidate", ('routes = ["split", "fused"]', 'routes = ["split"]'),
+     ["'routes' needs a baseline and at least one candidate"]),
+    ("not-toml", ("passes = 3", "passes = "), ["not valid TOML"]),
+]
+
+
+@pytest.mark.parametrize(("edit", "names"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_protocol_error_names_file_key_and_expected_type(tmp_path, edit, names):
+    old, new = edit
+    assert old in VALID
+    path = tmp_path / "bad.toml"
+    path.write_text(VALID.replace(old, new, 1))
+    with pytest.raises(ProtocolError) as e:
+        load(str(path))
+    message = str(e.value)
+    assert message.startswith(f"{path}: ")
+    for name in names:
+        assert name in message
+
+
+def test_overrides_apply_to_timing_and_routes():
+    p = parse(VALID).with_overrides(routes=["split", "eager"], passes=2, samples=None,
+                                    schedule="blocked")
+    assert (p.timing.passes, p.timing.samples, p.timing.schedule) == (2, 200, "blocked")
+    assert p.routes == ("split", "eager")
+
+
+def test_overrides_leave_the_original_protocol_unchanged():
+    p = parse(VALID)
+    p.with_overrides(passes=2)
+    assert p.timing.passes == 3
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"schedule": "zigzag"}, "'timing.schedule' must be one of"),
+    ({"isolation": "thread"}, "'timing.isolation' must be one of"),
+    ({"passes": 0}, "'timing.passes' must be >= 1"),
+    ({"drop_threshold": 1.5}, "'timing.drop_threshold' must be in \\(0, 1\\)"),
+    ({"routes": ["split"]}, "'routes' needs a baseline"),
+    ({"speed": 2}, "unknown timing override"),
+], ids=["schedule", "isolation", "passes", "threshold", "routes", "unknown"])
+def test_overrides_are_validated(override, message):
+    with pytest.raises(ProtocolError, match=message):
+        parse(VALID).with_overrides(**override)
+
+
+def test_resolved_settings_record_defaults_but_not_the_text():
+    resolved = parse(VALID).resolved()
+    assert "text" not in resolved and "path" not in resolved
+    assert resolved["timing"]["drop_threshold"] == 0.01
+    assert resolved["geometries"][0]["name"] == "g"
