@@ -13,6 +13,15 @@ if not ON_GPU:
 DEVICE = "cuda" if ON_GPU else "cpu"
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
+# A test that runs the Triton kernels on CPU tensors in this process: with a GPU the
+# kernels were compiled for it, not interpreted. CI (no GPU) runs these.
+interpreter_only = pytest.mark.skipif(ON_GPU, reason="needs the Triton interpreter (no GPU)")
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_setting_restored(monkeypatch):
+    """``--device cpu`` sets TRITON_INTERPRET for its workers; no test leaks it to the next."""
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
 
 
 @pytest.fixture
@@ -30,8 +39,11 @@ def smoke_sweep(tmp_path_factory):
     from qkbench.cli import app
 
     path = tmp_path_factory.mktemp("smoke") / "smoke.json"
-    result = CliRunner().invoke(app, ["sweep", "--protocol", "smoke", "--device", "cpu",
-                                      "--out", str(path)])
+    with pytest.MonkeyPatch.context() as mp:
+        # ``--device cpu`` sets TRITON_INTERPRET for its workers; keep it out of this process.
+        mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+        result = CliRunner().invoke(app, ["sweep", "--protocol", "smoke", "--device", "cpu",
+                                          "--out", str(path)])
     return path, result
 
 

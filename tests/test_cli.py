@@ -8,6 +8,8 @@ from typer.testing import CliRunner
 
 from qkbench.cli import app
 
+from conftest import interpreter_only
+
 VALID = """
 name = "tiny"
 routes = ["split", "fused"]
@@ -135,6 +137,7 @@ def test_report_rejects_an_unknown_format(smoke_sweep):
                           "--format must be rich, markdown or json")
 
 
+@interpreter_only
 def test_verify_smoke_on_cpu_exits_0_with_fused_bit_exact():
     result = invoke("verify", "--protocol", "smoke", "--device", "cpu")
     assert result.exit_code == 0, result.output

@@ -14,7 +14,10 @@ from qkbench import runner
 from qkbench.protocol import parse
 from qkbench.schedule import ARMS
 
+from conftest import interpreter_only
 from synthetic import SyntheticBackend
+
+pytestmark = interpreter_only
 
 PROTOCOL = """
 name = "method"
