@@ -8,6 +8,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 from itertools import permutations
@@ -177,7 +178,9 @@ def test_audit_cli_exits_1_on_an_edited_archive(smoke_archive, tmp_path):
     result = CliRunner().invoke(app, ["audit", str(path)])
     assert result.exit_code == 1
     assert "mismatch: pass 0: raw content does not match its digest" in result.stderr
-    assert f"audit failed: 1 problem(s) in {path}" in result.stderr
+    # Whether the edit also moves a recomputed median depends on the run's own samples.
+    assert re.search(rf"audit failed: \d+ problem\(s\) in {re.escape(str(path))}$",
+                     result.stderr.strip())
 
 
 # -- never overwritten, refused resumes ------------------------------------------------------
