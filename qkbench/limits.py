@@ -7,7 +7,11 @@ import triton
 
 from qkbench.backends import Backend
 
-COPY_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
+# Per buffer: over four times an H200's or H100's L2, and under the size where a copy_
+# captured in a CUDA graph stops running at DRAM speed: on the H200 a 1 GiB copy_ moved
+# 2695 GB/s in a graph and 4168 outside it, a 256 MiB one 4116 in a graph
+# (scripts/probe_copy.py, results/tuning/2026-12-03-h200-copy.txt).
+COPY_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 
 
 @triton.jit

@@ -48,7 +48,8 @@ def header_lines(archive: dict) -> list[str]:
         floors = ", ".join(f"{k.replace('_', ' ')} {v:.2f} us"
                            for k, v in limits["launch_floor_us"].items())
         lines.append(f"limits: copy {limits['copy_gbps']:.0f} GB/s "
-                     f"({limits['copy_bytes'] / 2**30:.2f} GiB buffer); launch floor {floors}")
+                     f"({limits['copy_bytes'] / 2**30:.2f} GiB read + written); "
+                     f"launch floor {floors}")
     if settings["device"].startswith("cpu"):
         lines.append(CPU_NOTE)
     return lines
