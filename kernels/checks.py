@@ -43,6 +43,11 @@ def check_launchable(name: str, x: torch.Tensor) -> None:
         )
 
 
+def check_head_dim(name: str, D: int) -> None:
+    if D % 2 or not 2 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"{name} (head_dim {D}) must be even and in [2, {MAX_HEAD_DIM}]")
+
+
 def as_rows(name: str, x: object, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``x: [..., H, D]`` as a ``[T, H, D]`` view (no copy), the token dims merged."""
     x = check_tensor(name, x)
@@ -54,8 +59,7 @@ def as_rows(name: str, x: object, dtype: torch.dtype | None = None) -> torch.Ten
         raise ValueError(f"{name} must be [..., H, D] with at least one token dim, "
                          f"got shape {tuple(x.shape)}")
     H, D = x.shape[-2:]
-    if D % 2 or not 2 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"{name}.shape[-1] (head_dim {D}) must be even and in [2, {MAX_HEAD_DIM}]")
+    check_head_dim(f"{name}.shape[-1]", D)
     if x.stride(-1) != 1 and x.numel() > 0:
         raise ValueError(f"{name}.stride(-1) must be 1 (channels contiguous), got {x.stride(-1)}")
     try:
@@ -157,6 +161,34 @@ def _check_position_range(positions: torch.Tensor, max_pos: int,
                          f"found values in [{lo}, {hi}]")
 
 
+def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
+    """The rotary width the kernels can take for ``head_dim=D`` (``None`` means all of it)."""
+    if rotary_dim is None:
+        rotary_dim = D
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int):
+        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
+    if rotary_dim % 2 or not 2 <= rotary_dim <= D:
+        raise ValueError(f"rotary_dim ({rotary_dim}) must be even and in [2, head_dim={D}]")
+    if rotary_dim & (rotary_dim - 1):
+        raise ValueError(
+            f"rotary_dim ({rotary_dim}) must be a power of two: the kernels rebuild the norm's "
+            "pairwise reduction from power-of-two pieces of the row"
+        )
+    if style == "gptj" and rotary_dim < 4:
+        raise ValueError(f"rotary_dim ({rotary_dim}) must be >= 4 for gptj pairs")
+    return rotary_dim
+
+
+def check_mrope_section(mrope_section: Sequence[int], rotary_dim: int) -> tuple[int, ...]:
+    section = tuple(mrope_section)
+    if len(section) != 3 or not all(isinstance(s, int) and s >= 0 for s in section):
+        raise ValueError(f"mrope_section must be 3 non-negative ints, got {list(section)}")
+    if sum(section) != rotary_dim // 2:
+        raise ValueError(f"mrope_section {list(section)} sums to {sum(section)}, "
+                         f"expected rotary_dim / 2 = {rotary_dim // 2}")
+    return section
+
+
 def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *,
                rotary_dim: int | None, style: str, mrope_section: Sequence[int] | None,
                mrope_layout: str, inplace: bool, q_out: object, k_out: object,
@@ -176,19 +208,7 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
     check_choice("style", style, STYLES)
     check_choice("mrope_layout", mrope_layout, LAYOUTS)
 
-    if rotary_dim is None:
-        rotary_dim = D
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int):
-        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
-    if rotary_dim % 2 or not 2 <= rotary_dim <= D:
-        raise ValueError(f"rotary_dim ({rotary_dim}) must be even and in [2, head_dim={D}]")
-    if rotary_dim & (rotary_dim - 1):
-        raise ValueError(
-            f"rotary_dim ({rotary_dim}) must be a power of two: the kernels rebuild the norm's "
-            "pairwise reduction from power-of-two pieces of the row"
-        )
-    if style == "gptj" and rotary_dim < 4:
-        raise ValueError(f"rotary_dim ({rotary_dim}) must be >= 4 for gptj pairs")
+    rotary_dim = check_rotary_dim(rotary_dim, D, style)
 
     cache = check_tensor("cos_sin_cache", cos_sin_cache)
     if cache.dim() != 2 or cache.shape[1] != rotary_dim:
@@ -203,12 +223,7 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
 
     amap = None
     if mrope_section is not None:
-        section = tuple(mrope_section)
-        if len(section) != 3 or not all(isinstance(s, int) and s >= 0 for s in section):
-            raise ValueError(f"mrope_section must be 3 non-negative ints, got {list(section)}")
-        if sum(section) != rotary_dim // 2:
-            raise ValueError(f"mrope_section {list(section)} sums to {sum(section)}, "
-                             f"expected rotary_dim / 2 = {rotary_dim // 2}")
+        section = check_mrope_section(mrope_section, rotary_dim)
         amap = axis_map_tensor(section, mrope_layout, device)
     pos = _positions(positions, tuple(q.shape[:-2]), device, amap is not None)
     _check_position_range(pos, cache.shape[0], check_positions)

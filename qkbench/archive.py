@@ -25,6 +25,14 @@ def pass_digest(result: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+def run_settings(protocol, device: str) -> dict:
+    """What a run's header records of how it ran; ``audit`` rebuilds it from the protocol."""
+    t = protocol.timing
+    return {"device": device, "baseline": protocol.baseline,
+            "candidates": list(protocol.candidates), "schedule": t.schedule,
+            "isolation": t.isolation, "passes": t.passes}
+
+
 def new(protocol, settings: dict, environment: dict, command: list[str]) -> dict:
     return {
         "schema_version": SCHEMA_VERSION, "kind": KIND, "status": "running",
@@ -69,4 +77,27 @@ def read(path: Path) -> dict:
     if version != SCHEMA_VERSION:
         raise ArchiveError(f"{path}: schema_version {version!r} is not supported "
                            f"(this qkbench reads {SCHEMA_VERSION})")
+    _check_shape(path, data)
     return data
+
+
+# The top-level keys every archive has, with their JSON types (the summary is null until
+# the first pass finishes).
+_SHAPE = {"status": (str,), "command": (list,), "protocol": (dict,), "settings": (dict,),
+          "environment": (dict,), "passes": (list,), "summary": (dict, type(None))}
+_PROTOCOL = {"text": str, "sha256": str, "resolved": dict}
+
+
+def _check_shape(path: Path, data: dict) -> None:
+    for key, types in _SHAPE.items():
+        if not isinstance(data.get(key, ...), types):
+            raise ArchiveError(f"{path}: malformed archive: '{key}' is missing or not "
+                               f"{' or '.join(t.__name__ for t in types)}")
+    for key, kind in _PROTOCOL.items():
+        if not isinstance(data["protocol"].get(key), kind):
+            raise ArchiveError(f"{path}: malformed archive: 'protocol.{key}' is missing or "
+                               f"not {kind.__name__}")
+    if not all(isinstance(p, dict) and isinstance(p.get("status"), str)
+               for p in data["passes"]):
+        raise ArchiveError(f"{path}: malformed archive: every entry of 'passes' must be an "
+                           "object with a 'status'")

@@ -4,7 +4,9 @@ import hashlib
 import json
 import math
 
-from qkbench.archive import pass_digest
+from qkbench.archive import pass_digest, run_settings
+from qkbench.errors import QkbenchError
+from qkbench.protocol import parse
 from qkbench.summary import summarize
 
 
@@ -33,15 +35,40 @@ def _differences(stored, recomputed, path: str = "summary") -> list[str]:
     return [f"{path}: stored {stored!r}, recomputed {recomputed!r}"]
 
 
+def _header_problems(archive: dict) -> list[str]:
+    """Whether the resolved settings and the run's settings follow from the protocol text."""
+    recorded = archive["protocol"]
+    resolved = recorded["resolved"]
+    try:
+        proto = parse(recorded["text"], recorded.get("path") or "<archive>").with_overrides(
+            routes=resolved["routes"], **resolved["timing"])
+    except (QkbenchError, KeyError, TypeError) as e:
+        return [f"protocol: the resolved settings cannot be rebuilt from its text ({e})"]
+    problems = []
+    if json.loads(json.dumps(proto.resolved())) != resolved:
+        problems.append("protocol: the resolved settings do not follow from its text and "
+                        "the recorded routes and timing")
+    settings = archive["settings"]
+    expected = run_settings(proto, settings.get("device"))
+    problems += [f"settings.{key}: {settings.get(key)!r} disagrees with the protocol's {value!r}"
+                 for key, value in expected.items() if settings.get(key) != value]
+    return problems
+
+
 def audit(archive: dict) -> list[str]:
     """The problems found; an empty list means the archive is consistent."""
     problems = []
     text = archive["protocol"]["text"]
     if hashlib.sha256(text.encode()).hexdigest() != archive["protocol"]["sha256"]:
         problems.append("protocol: text does not match its sha256")
+    problems += _header_problems(archive)
     for p in archive["passes"]:
         if p.get("digest") != pass_digest(p):
             problems.append(f"pass {p.get('index')}: raw content does not match its digest")
-    recomputed = json.loads(json.dumps(summarize(archive)))
+    try:
+        recomputed = json.loads(json.dumps(summarize(archive)))
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+        return [*problems, f"summary: cannot be recomputed from the passes "
+                           f"({type(e).__name__}: {e})"]
     problems += _differences(archive["summary"], recomputed)
     return problems

@@ -98,6 +98,10 @@ def sweep(
             run = runner.sweep(proto, dev, path, resume=resume, command=sys.argv, events=events)
         out.print(report.as_rich(run))
         err.print(f"archive: {path}")
+        failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
+        if failed:
+            raise QkbenchError(f"{len(failed)} of {proto.timing.passes} passes failed "
+                               f"(passes {failed}; their output is in the archive)")
     except QkbenchError as e:
         _fail(e)
     except KeyboardInterrupt:

@@ -14,6 +14,15 @@ import tomllib
 
 from qkbench.case import DTYPES, Case, Geometry
 from qkbench.errors import ProtocolError
+from qkbench.kernels.checks import (
+    STYLES,
+    WEIGHT_MODES,
+    check_choice,
+    check_head_dim,
+    check_mrope_section,
+    check_rotary_dim,
+)
+from qkbench.kernels.mrope import LAYOUTS
 
 SCHEDULES = ("interleaved", "blocked")
 ISOLATIONS = ("process", "inprocess")
@@ -169,7 +178,28 @@ def _geometry(src: str, i: int, table: dict) -> Geometry:
         data["mrope_section"] = _int_list(src, where + "mrope_section", data["mrope_section"], 0)
         if len(data["mrope_section"]) != 3:
             raise ProtocolError(f"{src}: '{where}mrope_section' must have 3 entries")
-    return Geometry(**data)
+    geometry = Geometry(**data)
+    try:
+        _check_geometry(geometry)
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(f"{src}: geometry[{i}] ({geometry.name!r}): {e}") from None
+    return geometry
+
+
+def _check_geometry(g: Geometry) -> None:
+    """The kernels' own rules on the options, so that a bad geometry fails at load."""
+    for name in ("heads_q", "heads_k"):
+        if getattr(g, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(g, name)}")
+    if g.batch is not None and g.batch < 1:
+        raise ValueError(f"batch must be >= 1, got {g.batch}")
+    check_head_dim("head_dim", g.head_dim)
+    check_choice("style", g.style, STYLES)
+    check_choice("weight_mode", g.weight_mode, WEIGHT_MODES)
+    check_choice("mrope_layout", g.mrope_layout, LAYOUTS)
+    rotary = check_rotary_dim(g.rotary_dim, g.head_dim, g.style)
+    if g.mrope_section is not None:
+        check_mrope_section(g.mrope_section, rotary)
 
 
 def _check_semantics(p: Protocol, src: str) -> None:
@@ -196,6 +226,11 @@ def _check_semantics(p: Protocol, src: str) -> None:
     names = [g.name for g in p.geometries]
     if len(set(names)) != len(names):
         raise ProtocolError(f"{src}: geometry names repeat: {names}")
+    for g in p.geometries:
+        uneven = [t for t in p.tokens if g.batch and t % g.batch]
+        if uneven:
+            raise ProtocolError(f"{src}: geometry {g.name!r}: tokens {uneven} are not a "
+                                f"multiple of its batch ({g.batch})")
     for b in p.bands:
         for g in b.geometries or ():
             if g not in names:

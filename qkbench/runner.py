@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from qkbench import env
 from qkbench.backends import Backend
 from qkbench.errors import ArchiveError
 from qkbench.protocol import Protocol
+from qkbench.routes import resolve
 from qkbench.summary import summarize
 from qkbench.worker import PROGRESS
 
@@ -56,9 +58,16 @@ def _worker_env(device: torch.device) -> dict:
 
 
 def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
+    """The pass in this process; an exception in it fails the pass, not the run."""
     from qkbench.worker import run_pass
 
-    return run_pass(job, backend, events.case_done)
+    try:
+        return run_pass(job, backend, events.case_done)
+    except Exception:
+        lines = traceback.format_exc().rstrip().splitlines()
+        return {"index": job["index"], "status": "failed", "returncode": None,
+                "pid": os.getpid(), "stderr_head": lines[:40], "stderr_tail": lines[40:][-20:],
+                "finished": time.time()}
 
 
 def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
@@ -102,9 +111,9 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
     """Run (or resume) every pass of ``protocol``; returns the final archive."""
     events = events or Events()
     t = protocol.timing
-    settings = {"device": str(device), "baseline": protocol.baseline,
-                "candidates": list(protocol.candidates), "schedule": t.schedule,
-                "isolation": t.isolation, "passes": t.passes}
+    settings = archives.run_settings(protocol, str(device))
+    for name in protocol.routes:  # an unknown or unloadable route fails before any file
+        resolve(name)
     if resume:
         run = archives.read(out)
         _check_resumable(run, protocol, settings, out)

@@ -27,6 +27,9 @@ from qkbench.errors import ArchiveError
 from qkbench.protocol import load, parse, shipped
 from qkbench.schedule import ARMS
 
+from conftest import interpreter_only
+from synthetic import SyntheticBackend
+
 CPU = torch.device("cpu")
 FIXTURES = Path(__file__).parent / "fixtures"
 KERNELS = Path(__file__).parent.parent / "kernels"
@@ -164,6 +167,36 @@ def test_audit_fails_when_the_protocol_text_is_edited(smoke_archive):
     assert audit(edited) == ["protocol: text does not match its sha256"]
 
 
+def test_audit_fails_when_the_recorded_schedule_is_edited(smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    edited["settings"]["schedule"] = "blocked"
+    assert audit(edited) == [
+        "settings.schedule: 'blocked' disagrees with the protocol's 'interleaved'"]
+
+
+def test_audit_fails_when_the_resolved_settings_are_edited(smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    edited["protocol"]["resolved"]["geometries"][0]["head_dim"] = 128
+    assert audit(edited) == ["protocol: the resolved settings do not follow from its text "
+                             "and the recorded routes and timing"]
+
+
+def test_audit_reports_a_pass_whose_structure_was_broken(smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    del edited["passes"][0]["cases"][0]["comparisons"][0]["arms"]
+    edited["passes"][0]["digest"] = archives.pass_digest(edited["passes"][0])
+    problems = audit(edited)
+    assert len(problems) == 1
+    assert problems[0].startswith("summary: cannot be recomputed from the passes (KeyError")
+
+
+def test_reading_an_archive_with_a_malformed_pass_names_it(smoke_archive, tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["passes"][2] = ["not", "a", "pass"]
+    with pytest.raises(ArchiveError, match=r"malformed archive: every entry of 'passes'"):
+        archives.read(write_json(tmp_path / "run.json", edited))
+
+
 def test_audit_cli_passes_a_clean_archive(smoke_sweep):
     path, _ = smoke_sweep
     result = CliRunner().invoke(app, ["audit", str(path)])
@@ -224,6 +257,7 @@ def crashed_run(tmp_path_factory) -> dict:
         mp.setenv("PYTHONPATH", os.pathsep.join(
             [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]))
         mp.setenv("QKBENCH_TEST_CRASH_COUNTDOWN", str(countdown))
+        mp.syspath_prepend(str(FIXTURES))  # the manager loads the route before any pass
         protocol = cheap(3, routes=["split", "crashing_route:qk_norm_rope"])
         runner.sweep(protocol, CPU, tmp / "run.json")
     return archives.read(tmp / "run.json")
@@ -251,6 +285,34 @@ def test_archive_with_a_killed_pass_audits_clean(crashed_run):
 
 def test_report_names_the_killed_pass(crashed_run):
     assert any(line.startswith("pass 1 failed (exit -9)") for line in report.failures(crashed_run))
+
+
+class FailingBackend(SyntheticBackend):
+    """A synthetic clock that raises while timing pass 1, as a dying driver call would."""
+
+    def run(self, arms, sequence, chunk):
+        if self.pass_index == 1:
+            raise RuntimeError("planted failure in pass 1")
+        return super().run(arms, sequence, chunk)
+
+
+@pytest.fixture(scope="module")
+def raised_in_process(tmp_path_factory) -> dict:
+    """Three in-process passes whose backend raises in pass 1."""
+    backend = FailingBackend()
+    protocol = cheap(3).with_overrides(isolation="inprocess")
+    out = tmp_path_factory.mktemp("raised") / "run.json"
+    runner.sweep(protocol, CPU, out, backend=backend, events=backend.events())
+    return archives.read(out)
+
+
+@interpreter_only
+def test_an_exception_in_an_in_process_pass_fails_that_pass_only(raised_in_process):
+    assert raised_in_process["status"] == "complete"
+    assert [(p["index"], p["status"]) for p in raised_in_process["passes"]] == [
+        (0, "ok"), (1, "failed"), (2, "ok")]
+    assert any(line.startswith("pass 1 failed") and "planted failure in pass 1" in line
+               for line in report.failures(raised_in_process))
 
 
 # -- an interrupted run, resumed -------------------------------------------------------------

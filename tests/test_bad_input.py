@@ -6,6 +6,8 @@ import torch
 from qkbench.case import Case, Geometry, make_inputs
 from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
 
+from conftest import gpu_only
+
 ROUTES = [qk_norm_rope, qk_norm_rope_split]
 
 
@@ -80,12 +82,11 @@ def test_bad_input_raises_a_named_error(inputs, route, overrides, error, pattern
         inputs.call(route, **overrides(inputs))
 
 
-def test_positions_on_another_device_are_named():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a second device")
-    i = make_inputs(Case(Geometry("g", 4, 2, 64), 5, max_position=64), 0, "cuda")
-    with pytest.raises(ValueError, match=r"positions is on cpu, expected cuda"):
-        i.call(qk_norm_rope, positions=i.positions.cpu())
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_positions_on_another_device_are_named(inputs, route):
+    # The meta device stands in for a second GPU: the check compares devices, not kinds.
+    with pytest.raises(ValueError, match=rf"positions is on meta, expected {inputs.q.device}"):
+        inputs.call(route, positions=inputs.positions.to("meta"))
 
 
 def test_tensors_on_the_cpu_without_the_interpreter_are_refused(monkeypatch, inputs):
@@ -112,3 +113,31 @@ def test_unmergeable_token_dims_are_named(device):
     w = torch.ones(64, device=device)
     with pytest.raises(ValueError, match=r"x's token dims \(3, 4\) .* cannot be merged"):
         rms_norm(x, w)
+
+
+def _captured(inputs, route, **options):
+    """Capture one out-of-place call of ``route`` in a CUDA graph; returns graph and outputs."""
+    q_out, k_out = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+    inputs.call(route, inplace=False, q_out=q_out, k_out=k_out)  # compile before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        inputs.call(route, inplace=False, q_out=q_out, k_out=k_out, **options)
+    return graph, q_out, k_out
+
+
+@gpu_only
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_position_check_is_off_by_default_inside_graph_capture(inputs, route):
+    graph, q_out, k_out = _captured(inputs, route)
+    q_out.fill_(float("nan"))
+    graph.replay()
+    expected = inputs.call(route, inplace=False)
+    assert torch.equal(q_out, expected[0]) and torch.equal(k_out, expected[1])
+
+
+@gpu_only
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_position_check_asked_for_inside_graph_capture_is_refused(inputs, route):
+    with pytest.raises(ValueError, match=r"check_positions=True reads the positions back"):
+        _captured(inputs, route, check_positions=True)

@@ -58,7 +58,9 @@ def test_unknown_device_fails_in_one_line():
     ("tokens = [1]", 'tokens = [1]\n[timing]\nsamples = "many"',
      ["'timing.samples' must be an integer", "got str 'many'"]),
     ("head_dim = 64", "", ["missing required key 'geometry[0].head_dim'", "an integer"]),
-], ids=["unknown-key", "wrong-type", "missing-key"])
+    ("head_dim = 64", 'head_dim = 64\nstyle = "llama"',
+     ["geometry[0] ('g'): style must be one of"]),
+], ids=["unknown-key", "wrong-type", "missing-key", "bad-value"])
 def test_bad_protocol_file_fails_naming_file_key_and_expected_type(tmp_path, old, new, names):
     # A long path: the one line must not be wrapped at the console's width.
     folder = tmp_path / ("a-rather-long-folder-name-" * 4)
@@ -68,6 +70,18 @@ def test_bad_protocol_file_fails_naming_file_key_and_expected_type(tmp_path, old
     out = tmp_path / "run.json"
     result = invoke("sweep", "--protocol", str(path), "--device", "cpu", "--out", str(out))
     assert_one_error_line(result, str(path), *names)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("route", "reason"), [
+    ("nosuch", "unknown route 'nosuch'"),
+    ("no_such_module_here:op", "route 'no_such_module_here:op' cannot be loaded"),
+])
+def test_unknown_route_fails_in_one_line_before_any_archive(tmp_path, route, reason):
+    out = tmp_path / "run.json"
+    result = invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--route", "split",
+                    "--route", route, "--out", str(out))
+    assert_one_error_line(result, reason)
     assert not out.exists()
 
 
@@ -93,12 +107,15 @@ def _unreadable(tmp_path, kind: str):
     if kind == "unknown-schema":
         path.write_text(json.dumps({"kind": "qkbench.run", "schema_version": 99}))
         return path, "schema_version 99 is not supported (this qkbench reads 1)"
+    if kind == "header-only":
+        path.write_text(json.dumps({"kind": "qkbench.run", "schema_version": 1}))
+        return path, "malformed archive: 'status' is missing or not str"
     raise AssertionError(kind)
 
 
 @pytest.mark.parametrize("command", ["report", "audit"])
 @pytest.mark.parametrize("kind", ["missing", "text", "binary", "folder", "json-list",
-                                  "other-kind", "unknown-schema"])
+                                  "other-kind", "unknown-schema", "header-only"])
 def test_unreadable_archive_fails_in_one_clear_line(tmp_path, command, kind):
     path, reason = _unreadable(tmp_path, kind)
     assert_one_error_line(invoke(command, str(path)), str(path), reason)

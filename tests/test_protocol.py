@@ -83,6 +83,22 @@ BAD = [
     ("no-candidate", ('routes = ["split", "fused"]', 'routes = ["split"]'),
      ["'routes' needs a baseline and at least one candidate"]),
     ("not-toml", ("passes = 3", "passes = "), ["not valid TOML"]),
+    ("unknown-style", ("head_dim = 64", 'head_dim = 64\nstyle = "llama"'),
+     ["geometry[0] ('g'): style must be one of ('neox', 'gptj'), got 'llama'"]),
+    ("unknown-weight-mode", ("head_dim = 64", 'head_dim = 64\nweight_mode = "gemma"'),
+     ["geometry[0] ('g'): weight_mode must be one of"]),
+    ("unknown-mrope-layout", ("head_dim = 64", 'head_dim = 64\nmrope_layout = "zigzag"'),
+     ["geometry[0] ('g'): mrope_layout must be one of"]),
+    ("odd-head-dim", ("head_dim = 64", "head_dim = 63"),
+     ["geometry[0] ('g'): head_dim (head_dim 63) must be even"]),
+    ("rotary-over-head-dim", ("head_dim = 64", "head_dim = 64\nrotary_dim = 128"),
+     ["geometry[0] ('g'): rotary_dim (128) must be even and in [2, head_dim=64]"]),
+    ("mrope-section-sum", ("head_dim = 64", "head_dim = 64\nmrope_section = [8, 8, 8]"),
+     ["mrope_section [8, 8, 8] sums to 24, expected rotary_dim / 2 = 32"]),
+    ("no-query-heads", ("heads_q = 2", "heads_q = 0"),
+     ["geometry[0] ('g'): heads_q must be >= 1, got 0"]),
+    ("batch-not-dividing-tokens", ("head_dim = 64", "head_dim = 64\nbatch = 2"),
+     ["geometry 'g': tokens [1] are not a multiple of its batch (2)"]),
 ]
 
 

@@ -91,14 +91,21 @@ ALL_CASES = [pytest.param(c, id=case_id(c)) for c in CPU_CASES] + [
 ]
 
 
+def poisoned(like: torch.Tensor) -> torch.Tensor:
+    """An output buffer of NaN, so that an element a kernel skips cannot pass for written."""
+    return torch.full(like.shape, float("nan"), dtype=like.dtype, device=like.device)
+
+
 def routes_on(c: Case, seed: int, device: str):
-    """Run both routes on one set of inputs; returns (inputs, fused, split)."""
+    """Run both routes on one set of inputs (out of place: into poisoned buffers);
+    returns (inputs, fused, split)."""
     inputs = make_inputs(c, seed, device)
     inplace = c.geometry.inplace
     results = []
     for op in (qk_norm_rope, qk_norm_rope_split):
         q, k = inputs.q.clone(), inputs.k.clone()
-        results.append(inputs.with_qk(q, k).call(op, inplace=inplace))
+        outs = {} if inplace else {"q_out": poisoned(q), "k_out": poisoned(k)}
+        results.append(inputs.with_qk(q, k).call(op, inplace=inplace, **outs))
     return inputs, results[0], results[1]
 
 
@@ -155,15 +162,34 @@ def test_exactness_check_sees_a_one_ppm_change_of_the_rotation(dtype, device):
         assert_bit_identical(a, b, "restored")
 
 
-def test_out_of_place_writes_every_element_of_a_poisoned_output(device):
-    c = case(head_dim=256, rotary_dim=64, inplace=False, packed=True)
+OUT_OF_PLACE = [pytest.param(c, id=case_id(c)) for c in CPU_CASES if not c.geometry.inplace]
+
+
+@pytest.mark.parametrize("c", OUT_OF_PLACE)
+def test_both_routes_write_every_element_of_poisoned_outputs(c, device):
+    _, fused, split = routes_on(c, 5, device)
+    for name, (q, k) in (("fused", fused), ("split", split)):
+        assert not q.isnan().any() and not k.isnan().any(), name
+
+
+@pytest.mark.parametrize("rotary_dim", [64, 256], ids=["partial", "full"])
+def test_rope_alone_writes_every_element_of_poisoned_outputs(rotary_dim, device):
+    c = case(head_dim=256, rotary_dim=rotary_dim, inplace=False, packed=True)
     inputs = make_inputs(c, 5, device)
-    for op in (qk_norm_rope, qk_norm_rope_split):
-        q_out = torch.full(inputs.q.shape, float("nan"), dtype=inputs.q.dtype, device=device)
-        k_out = torch.full(inputs.k.shape, float("nan"), dtype=inputs.k.dtype, device=device)
-        q, k = inputs.call(op, inplace=False, q_out=q_out, k_out=k_out)
-        assert q is q_out and k is k_out
-        assert not q.isnan().any() and not k.isnan().any(), op.__name__
+    q_out, k_out = poisoned(inputs.q), poisoned(inputs.k)
+    q, k = rope(inputs.q, inputs.k, inputs.positions, inputs.cos_sin_cache,
+                rotary_dim=rotary_dim, inplace=False, q_out=q_out, k_out=k_out)
+    assert q is q_out and k is k_out
+    assert not q.isnan().any() and not k.isnan().any()
+    # The pass-through channels are copied, not left behind.
+    assert_bit_identical(q[..., rotary_dim:], inputs.q[..., rotary_dim:], "q pass-through")
+
+
+def test_rms_norm_alone_writes_every_element_of_a_poisoned_output(device):
+    inputs = make_inputs(case(head_dim=128, packed=True), 5, device)
+    out = poisoned(inputs.q)
+    y = rms_norm(inputs.q, inputs.q_weight, out=out)
+    assert y is out and not y.isnan().any()
 
 
 def test_out_of_place_leaves_the_inputs_unchanged(device):
