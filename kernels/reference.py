@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .mrope import axis_map
+from .mrope import axis_map_tensor
 
 
 def _weight(weight: torch.Tensor, weight_mode: str, dtype: torch.dtype) -> torch.Tensor:
@@ -26,9 +26,9 @@ def _lane_cos_sin(positions: torch.Tensor, cos_sin_cache: torch.Tensor, lead: to
     if mrope_section is None:
         pos = positions.reshape(-1, 1).expand(-1, half)
     else:
-        axes = torch.tensor(axis_map(tuple(mrope_section), mrope_layout),
-                            device=positions.device)
-        pos = positions.reshape(3, -1)[axes].T  # [T, half]
+        # Cached per device, so that a warmed call captures in a CUDA graph (no host copy).
+        axes = axis_map_tensor(tuple(mrope_section), mrope_layout, positions.device)
+        pos = positions.reshape(3, -1)[axes.long()].T  # [T, half]
     lanes = torch.arange(half, device=positions.device)
     table = cos_sin_cache.to(dtype)
     cos, sin = table[pos.long(), lanes], table[pos.long(), half + lanes]

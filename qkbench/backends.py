@@ -33,6 +33,8 @@ class Timed:
 class Backend(ABC):
     name: str
     device: torch.device
+    # The last-level cache a cold-cache case must sweep past; None where it is not modelled.
+    l2_bytes: int | None = None
 
     @abstractmethod
     def prepare(self, launches: Sequence[Launch], inner_reps: int, label: str) -> object:
@@ -69,6 +71,7 @@ class CudaBackend(Backend):
     def __init__(self, device: torch.device):
         self.device = device
         self.monitor = telemetry.Monitor(device.index or 0)
+        self.l2_bytes = torch.cuda.get_device_properties(device.index or 0).L2_cache_size
 
     def prepare(self, launches: Sequence[Launch], inner_reps: int, label: str) -> _Graph:
         torch.cuda.synchronize(self.device)

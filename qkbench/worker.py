@@ -16,7 +16,7 @@ import torch
 
 from qkbench import schedule
 from qkbench.backends import Backend, backend_for
-from qkbench.case import Case, Inputs, make_inputs
+from qkbench.case import Case, Inputs, fresh_copy, make_inputs
 from qkbench.protocol import Protocol, parse
 from qkbench.routes import Route, resolve
 from qkbench.verify import verify
@@ -29,16 +29,25 @@ def protocol_of(job: dict) -> Protocol:
     return parse(job["protocol_text"], job["protocol_path"]).with_overrides(**overrides)
 
 
-def _input_sets(case: Case, seed: int, backend: Backend, cold: bool,
-                inner_reps: int) -> list[Inputs]:
-    """One input set, or (cold cache) enough distinct sets to sweep through twice the L2."""
+# A bound on the rotating input sets of a cold-cache case (each one launch per replay).
+MAX_COLD_SETS = 16384
+
+
+def _input_sets(case: Case, seed: int, backend: Backend, cold: bool) -> list[Inputs]:
+    """One input set; or, for a cold cache, enough copies of its q and k that one replay
+    sweeps through twice the backend's L2 before any row comes round again."""
     first = make_inputs(case, seed, backend.device)
-    count = 1
-    if cold and backend.device.type == "cuda":
-        l2 = torch.cuda.get_device_properties(backend.device.index or 0).L2_cache_size
-        set_bytes = sum(x.numel() * x.element_size() for x in (first.q, first.k))
-        count = min(inner_reps, max(1, ceil(2 * l2 / set_bytes)))
-    return [first] + [make_inputs(case, seed + i, backend.device) for i in range(1, count)]
+    if not cold or not backend.l2_bytes:
+        return [first]
+    set_bytes = sum(x.numel() * x.element_size() for x in (first.q, first.k))
+    count = min(MAX_COLD_SETS, max(1, ceil(2 * backend.l2_bytes / set_bytes)))
+    return [first] + [first.with_qk(fresh_copy(first.q), fresh_copy(first.k))
+                      for _ in range(1, count)]
+
+
+def _launches_per_replay(p: Protocol, input_sets: list[Inputs]) -> int:
+    """``inner_reps``, or more so that a replay touches every rotating input set."""
+    return max(p.timing.inner_reps, len(input_sets))
 
 
 def _plans(case: Case, device: torch.device) -> dict:
@@ -67,7 +76,7 @@ def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs
         launches = routes[label].launches(input_sets, inplace)
         for launch in launches:
             launch()
-        prepared.append(backend.prepare(launches, t.inner_reps, label))
+        prepared.append(backend.prepare(launches, _launches_per_replay(p, input_sets), label))
     seq = schedule.sequence(len(order), t.warmup + t.samples, t.schedule)
     timed = backend.run(prepared, seq, t.chunk)
     per_arm = schedule.split_by_arm(timed.seconds, seq, len(order))
@@ -98,7 +107,7 @@ def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol) -> 
     launches = [make(*pair) for pair in pairs]
     for launch in launches:
         launch()
-    arm = backend.prepare(launches, p.timing.inner_reps, "copy")
+    arm = backend.prepare(launches, _launches_per_replay(p, input_sets), "copy")
     seconds = backend.run([arm], [0] * (p.timing.warmup + p.timing.samples), p.timing.chunk).seconds
     q, k = input_sets[0].q, input_sets[0].k
     return {"bytes": 2 * (q.numel() + k.numel()) * q.element_size(),
@@ -110,14 +119,16 @@ def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_in
     t = p.timing
     seed = schedule.placement_seed(t.seed, pass_index, case_index)
     padding = schedule.pad_allocation(seed, backend.device)
-    input_sets = _input_sets(case, t.seed * 100_003 + case_index, backend, t.cache == "cold",
-                             t.inner_reps)
+    input_sets = _input_sets(case, t.seed * 100_003 + case_index, backend, t.cache == "cold")
     inplace = case.geometry.inplace
     baseline = resolve(p.baseline)
     candidates = [resolve(name) for name in p.candidates]
     checks = verify([baseline, *candidates], input_sets[0], inplace)
     result = {"key": case.key, "case": case.as_dict(), "placement_seed": seed,
               "padding_bytes": padding.numel(), "input_sets": len(input_sets),
+              "input_set_bytes": sum(x.numel() * x.element_size()
+                                     for x in (input_sets[0].q, input_sets[0].k)),
+              "launches_per_replay": _launches_per_replay(p, input_sets),
               "verification": checks, "plans": _plans(case, backend.device),
               "bytes": {r.name: r.bytes_moved(input_sets[0]) for r in (baseline, *candidates)},
               "comparisons": []}

@@ -167,3 +167,29 @@ def test_blocked_schedule_shows_a_drifting_clock_in_the_null_arm(measure):
     nulls = [abs(r["null"]) for cell in comp["cases"] for r in cell["passes"]]
     assert min(nulls) > 0.05
     assert comp["drops"] == {"dropped": 6 * CASES, "total": 6 * CASES}
+
+
+def _case_results(cache: str, l2_bytes: int | None, tmp_path) -> list[dict]:
+    """Two passes of the tiny protocol under ``cache``, on a synthetic device with this L2."""
+    text = PROTOCOL.format(schedule="interleaved").replace(
+        "inner_reps = 1", f'inner_reps = 1\ncache = "{cache}"\npasses = 2').replace(
+        "passes = 6\n", "")
+    backend = SyntheticBackend()
+    backend.l2_bytes = l2_bytes
+    run = runner.sweep(parse(text), torch.device("cpu"), tmp_path / "run.json",
+                       backend=backend, events=backend.events())
+    return [c for p in run["passes"] for c in p["cases"]]
+
+
+def test_cold_cache_rotates_enough_input_sets_to_sweep_twice_the_l2(tmp_path):
+    l2 = 1000
+    for c in _case_results("cold", l2, tmp_path):
+        assert c["input_sets"] == -(-2 * l2 // c["input_set_bytes"])
+        assert c["input_sets"] > 1 and c["input_sets"] * c["input_set_bytes"] >= 2 * l2
+        # Every set is launched in each replay, whatever inner_reps says.
+        assert c["launches_per_replay"] == c["input_sets"]
+
+
+def test_hot_cache_reuses_one_input_set(tmp_path):
+    for c in _case_results("hot", 1000, tmp_path):
+        assert (c["input_sets"], c["launches_per_replay"]) == (1, 1)

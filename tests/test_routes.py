@@ -1,0 +1,60 @@
+"""The route registry: every built-in route computes the operation and is checked first."""
+
+from dataclasses import replace
+
+import pytest
+
+from qkbench.case import Case, Geometry, make_inputs
+from qkbench.errors import RouteError
+from qkbench.routes import BUILTIN, Route, resolve
+from qkbench.verify import verify
+
+PLAIN = Geometry("plain", heads_q=2, heads_k=1, head_dim=64, rotary_dim=32,
+                 weight_mode="offset", inplace=False)
+MROPE = replace(PLAIN, name="mrope", rotary_dim=64, mrope_section=(8, 12, 12),
+                mrope_layout="interleaved", inplace=True)
+
+
+@pytest.mark.parametrize("geometry", [PLAIN, MROPE], ids=lambda g: g.name)
+def test_every_builtin_route_passes_verification(geometry, device):
+    inputs = make_inputs(Case(geometry, 3, max_position=64), 0, device)
+    report = verify([resolve(name) for name in BUILTIN], inputs, geometry.inplace)
+    assert {name: entry["ok"] for name, entry in report.items()} == dict.fromkeys(BUILTIN, True)
+    assert report["fused"]["exact_with"] == "split"
+
+
+def test_a_wrong_route_fails_verification(device):
+    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
+
+    def off_by_a_little(q, k, *args, **options):
+        q_out, k_out = resolve("eager").op(q, k, *args, **options)
+        q_out.mul_(1.01)
+        return q_out, k_out
+
+    report = verify([resolve("split"), Route("wrong", off_by_a_little)], inputs, False)
+    assert report["split"]["ok"] and not report["wrong"]["ok"]
+
+
+def test_a_route_that_raises_fails_verification_naming_the_error(device):
+    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
+
+    def broken(*args, **options):
+        raise RuntimeError("no kernel for this")
+
+    report = verify([Route("broken", broken)], inputs, False)
+    assert report["broken"] == {"ok": False, "error": "RuntimeError: no kernel for this"}
+
+
+def test_a_user_route_is_loaded_from_module_and_callable():
+    route = resolve("qkbench.routes:eager_op")
+    assert route.name == "qkbench.routes:eager_op" and route.exact_group is None
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("nosuch", "unknown route 'nosuch'"),
+    ("qkbench.routes:no_such_op", "cannot be loaded"),
+    ("qkbench.routes:BUILTIN", "is not callable"),
+])
+def test_a_bad_route_name_is_a_route_error(name, reason):
+    with pytest.raises(RouteError, match=reason):
+        resolve(name)
