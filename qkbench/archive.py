@@ -19,6 +19,11 @@ SCHEMA_VERSION = 1
 KIND = "qkbench.run"
 
 
+def as_stored(value):
+    """``value`` as reading it back from an archive gives it (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
 def pass_digest(result: dict) -> str:
     """sha256 of a pass's raw content (everything but the digest itself), canonically."""
     body = {k: v for k, v in result.items() if k != "digest"}

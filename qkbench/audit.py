@@ -1,10 +1,9 @@
 """Audit: recompute every summary of an archive from its raw samples and compare."""
 
 import hashlib
-import json
 import math
 
-from qkbench.archive import pass_digest, run_settings
+from qkbench.archive import as_stored, pass_digest, run_settings
 from qkbench.errors import QkbenchError
 from qkbench.protocol import parse
 from qkbench.summary import summarize
@@ -45,7 +44,7 @@ def _header_problems(archive: dict) -> list[str]:
     except (QkbenchError, KeyError, TypeError) as e:
         return [f"protocol: the resolved settings cannot be rebuilt from its text ({e})"]
     problems = []
-    if json.loads(json.dumps(proto.resolved())) != resolved:
+    if as_stored(proto.resolved()) != resolved:
         problems.append("protocol: the resolved settings do not follow from its text and "
                         "the recorded routes and timing")
     settings = archive["settings"]
@@ -66,7 +65,7 @@ def audit(archive: dict) -> list[str]:
         if p.get("digest") != pass_digest(p):
             problems.append(f"pass {p.get('index')}: raw content does not match its digest")
     try:
-        recomputed = json.loads(json.dumps(summarize(archive)))
+        recomputed = as_stored(summarize(archive))
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
         return [*problems, f"summary: cannot be recomputed from the passes "
                            f"({type(e).__name__}: {e})"]

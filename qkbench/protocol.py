@@ -157,10 +157,10 @@ def _require(src: str, where: str, table: dict, schema: dict, keys: tuple[str, .
                                 f"({_TYPES[schema[key]]})")
 
 
-def _int_list(src: str, name: str, values: list, minimum: int = 1) -> tuple[int, ...]:
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+def _int_list(src: str, name: str, values: list) -> tuple[int, ...]:
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
                              for v in values):
-        raise ProtocolError(f"{src}: '{name}' must be a non-empty array of integers >= {minimum}")
+        raise ProtocolError(f"{src}: '{name}' must be a non-empty array of integers >= 1")
     return tuple(values)
 
 
@@ -174,10 +174,8 @@ def _geometry(src: str, i: int, table: dict) -> Geometry:
     _check_table(src, where, table, _GEOMETRY)
     _require(src, where, table, _GEOMETRY, _REQUIRED["geometry"])
     data = dict(table)
-    if "mrope_section" in data:
-        data["mrope_section"] = _int_list(src, where + "mrope_section", data["mrope_section"], 0)
-        if len(data["mrope_section"]) != 3:
-            raise ProtocolError(f"{src}: '{where}mrope_section' must have 3 entries")
+    if "mrope_section" in data:  # its entries are checked with the kernels' rule below
+        data["mrope_section"] = tuple(data["mrope_section"])
     geometry = Geometry(**data)
     try:
         _check_geometry(geometry)

@@ -57,6 +57,13 @@ def _worker_env(device: torch.device) -> dict:
     return child
 
 
+def _failed_pass(index: int, pid: int, returncode: int | None, head: list[str],
+                 tail: list[str]) -> dict:
+    """The archive's record of a pass that did not finish: what it said, first and last."""
+    return {"index": index, "status": "failed", "returncode": returncode, "pid": pid,
+            "stderr_head": head, "stderr_tail": tail, "finished": time.time()}
+
+
 def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
     """The pass in this process; an exception in it fails the pass, not the run."""
     from qkbench.worker import run_pass
@@ -65,9 +72,7 @@ def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
         return run_pass(job, backend, events.case_done)
     except Exception:
         lines = traceback.format_exc().rstrip().splitlines()
-        return {"index": job["index"], "status": "failed", "returncode": None,
-                "pid": os.getpid(), "stderr_head": lines[:40], "stderr_tail": lines[40:][-20:],
-                "finished": time.time()}
+        return _failed_pass(job["index"], os.getpid(), None, lines[:40], lines[40:][-20:])
 
 
 def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
@@ -90,15 +95,13 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
         code = proc.wait()
         if code == 0 and result_path.exists():
             return json.loads(result_path.read_text())
-        return {"index": job["index"], "status": "failed", "returncode": code,
-                "pid": proc.pid, "stderr_head": head, "stderr_tail": list(tail),
-                "finished": time.time()}
+        return _failed_pass(job["index"], proc.pid, code, head, list(tail))
 
 
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
     if existing["protocol"]["sha256"] != protocol.sha256:
         raise ArchiveError(f"{out}: cannot resume: it was run with another protocol text")
-    if existing["protocol"]["resolved"] != json.loads(json.dumps(protocol.resolved())):
+    if existing["protocol"]["resolved"] != archives.as_stored(protocol.resolved()):
         raise ArchiveError(f"{out}: cannot resume: its settings differ from these overrides")
     if existing["settings"] != settings:
         raise ArchiveError(f"{out}: cannot resume: recorded settings {existing['settings']} "

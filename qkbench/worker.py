@@ -33,14 +33,18 @@ def protocol_of(job: dict) -> Protocol:
 MAX_COLD_SETS = 16384
 
 
+def _qk_bytes(inputs: Inputs) -> int:
+    """The bytes of one input set's q and k rows."""
+    return sum(x.numel() * x.element_size() for x in (inputs.q, inputs.k))
+
+
 def _input_sets(case: Case, seed: int, backend: Backend, cold: bool) -> list[Inputs]:
     """One input set; or, for a cold cache, enough copies of its q and k that one replay
     sweeps through twice the backend's L2 before any row comes round again."""
     first = make_inputs(case, seed, backend.device)
     if not cold or not backend.l2_bytes:
         return [first]
-    set_bytes = sum(x.numel() * x.element_size() for x in (first.q, first.k))
-    count = min(MAX_COLD_SETS, max(1, ceil(2 * backend.l2_bytes / set_bytes)))
+    count = min(MAX_COLD_SETS, max(1, ceil(2 * backend.l2_bytes / _qk_bytes(first))))
     return [first] + [first.with_qk(fresh_copy(first.q), fresh_copy(first.k))
                       for _ in range(1, count)]
 
@@ -67,7 +71,7 @@ def _telemetry_within(readings: list[dict], lo: int, hi: int) -> list[dict]:
 
 
 def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs],
-             inplace: bool, order: tuple[str, ...], p: Protocol) -> dict:
+             inplace: bool, order: tuple[str, ...], p: Protocol, reps: int) -> dict:
     """Time the three arms of one comparison in ``order`` under the protocol's schedule."""
     t = p.timing
     prepared = []
@@ -76,7 +80,7 @@ def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs
         launches = routes[label].launches(input_sets, inplace)
         for launch in launches:
             launch()
-        prepared.append(backend.prepare(launches, _launches_per_replay(p, input_sets), label))
+        prepared.append(backend.prepare(launches, reps, label))
     seq = schedule.sequence(len(order), t.warmup + t.samples, t.schedule)
     timed = backend.run(prepared, seq, t.chunk)
     per_arm = schedule.split_by_arm(timed.seconds, seq, len(order))
@@ -93,7 +97,8 @@ def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs
             "arms": arms}
 
 
-def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol) -> dict:
+def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol,
+                    reps: int) -> dict:
     """A same-bytes ``copy_`` of q and k: what moving this case's rows once costs."""
     pairs = [(inputs, torch.empty_like(inputs.q), torch.empty_like(inputs.k))
              for inputs in input_sets]
@@ -107,10 +112,9 @@ def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol) -> 
     launches = [make(*pair) for pair in pairs]
     for launch in launches:
         launch()
-    arm = backend.prepare(launches, _launches_per_replay(p, input_sets), "copy")
+    arm = backend.prepare(launches, reps, "copy")
     seconds = backend.run([arm], [0] * (p.timing.warmup + p.timing.samples), p.timing.chunk).seconds
-    q, k = input_sets[0].q, input_sets[0].k
-    return {"bytes": 2 * (q.numel() + k.numel()) * q.element_size(),
+    return {"bytes": 2 * _qk_bytes(input_sets[0]),
             "samples": seconds[p.timing.warmup:]}
 
 
@@ -120,15 +124,14 @@ def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_in
     seed = schedule.placement_seed(t.seed, pass_index, case_index)
     padding = schedule.pad_allocation(seed, backend.device)
     input_sets = _input_sets(case, t.seed * 100_003 + case_index, backend, t.cache == "cold")
+    reps = _launches_per_replay(p, input_sets)
     inplace = case.geometry.inplace
     baseline = resolve(p.baseline)
     candidates = [resolve(name) for name in p.candidates]
     checks = verify([baseline, *candidates], input_sets[0], inplace)
     result = {"key": case.key, "case": case.as_dict(), "placement_seed": seed,
               "padding_bytes": padding.numel(), "input_sets": len(input_sets),
-              "input_set_bytes": sum(x.numel() * x.element_size()
-                                     for x in (input_sets[0].q, input_sets[0].k)),
-              "launches_per_replay": _launches_per_replay(p, input_sets),
+              "input_set_bytes": _qk_bytes(input_sets[0]), "launches_per_replay": reps,
               "verification": checks, "plans": _plans(case, backend.device),
               "bytes": {r.name: r.bytes_moved(input_sets[0]) for r in (baseline, *candidates)},
               "comparisons": []}
@@ -139,8 +142,8 @@ def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_in
                                           "status": "invalid", "invalid_routes": bad})
             continue
         routes = {"A": baseline, "B": cand, "A'": baseline}
-        result["comparisons"].append(_compare(backend, routes, input_sets, inplace, order, p))
-    result["copy"] = _copy_reference(backend, input_sets, p)
+        result["comparisons"].append(_compare(backend, routes, input_sets, inplace, order, p, reps))
+    result["copy"] = _copy_reference(backend, input_sets, p, reps)
     del padding
     return result
 
