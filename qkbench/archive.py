@@ -5,6 +5,14 @@ Schema history:
     with its arm order, pid, raw per-sample times, warm-up samples and telemetry of each
     arm, per-case verification, placement seed and same-bytes copy reference; a sha256
     digest of each pass's raw content; the derived summary.
+  2 (2026-12-03): balanced replacement: replacement passes (``replaces``: the slot whose
+    arm order they repeat, ``case_keys``: the cases they measure); every pass records its
+    order, the code it ran (commit, kernel hashes) and, per comparison, the placement
+    (allocation order, padding, buffer offsets modulo 2 MiB); the warm-up of each arm
+    includes the rounds discarded after host synchronisations; the summary's cells carry
+    order slots, the mean-log-ratio estimate, the interval's coverage, the slot effect and
+    censored crossovers (see ``summary.py``). Schema 1 archives are still read: audit
+    checks them by their own rules (``legacy.py``), reports re-summarise them.
 """
 
 import hashlib
@@ -15,7 +23,8 @@ from pathlib import Path
 
 from qkbench.errors import ArchiveError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 KIND = "qkbench.run"
 
 
@@ -79,9 +88,9 @@ def read(path: Path) -> dict:
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ArchiveError(f"{path}: not a qkbench run archive")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ArchiveError(f"{path}: schema_version {version!r} is not supported "
-                           f"(this qkbench reads {SCHEMA_VERSION})")
+                           f"(this qkbench reads {', '.join(map(str, READABLE_VERSIONS))})")
     _check_shape(path, data)
     return data
 

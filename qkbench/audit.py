@@ -3,9 +3,10 @@
 import hashlib
 import math
 
+from qkbench import legacy
 from qkbench.archive import as_stored, pass_digest, run_settings
 from qkbench.errors import QkbenchError
-from qkbench.protocol import parse
+from qkbench.protocol import rebuild
 from qkbench.summary import summarize
 
 
@@ -36,15 +37,17 @@ def _differences(stored, recomputed, path: str = "summary") -> list[str]:
 
 def _header_problems(archive: dict) -> list[str]:
     """Whether the resolved settings and the run's settings follow from the protocol text."""
-    recorded = archive["protocol"]
-    resolved = recorded["resolved"]
+    resolved = archive["protocol"]["resolved"]
     try:
-        proto = parse(recorded["text"], recorded.get("path") or "<archive>").with_overrides(
-            routes=resolved["routes"], **resolved["timing"])
+        proto = rebuild(archive["protocol"])
     except (QkbenchError, KeyError, TypeError) as e:
         return [f"protocol: the resolved settings cannot be rebuilt from its text ({e})"]
     problems = []
-    if as_stored(proto.resolved()) != resolved:
+    rebuilt = as_stored(proto.resolved())
+    if archive.get("schema_version") == 1:  # its timing predates the settings added since
+        rebuilt["timing"] = {k: v for k, v in rebuilt["timing"].items()
+                             if k in resolved["timing"]}
+    if rebuilt != resolved:
         problems.append("protocol: the resolved settings do not follow from its text and "
                         "the recorded routes and timing")
     settings = archive["settings"]
@@ -64,8 +67,9 @@ def audit(archive: dict) -> list[str]:
     for p in archive["passes"]:
         if p.get("digest") != pass_digest(p):
             problems.append(f"pass {p.get('index')}: raw content does not match its digest")
+    rules = legacy.summarize if archive.get("schema_version") == 1 else summarize
     try:
-        recomputed = as_stored(summarize(archive))
+        recomputed = as_stored(rules(archive))
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
         return [*problems, f"summary: cannot be recomputed from the passes "
                            f"({type(e).__name__}: {e})"]

@@ -2,8 +2,9 @@
 
 A backend prepares an arm (a list of zero-argument launches, cycled ``inner_reps`` times
 per sample) and then times a *sequence* of samples, each naming the arm it belongs to,
-in exactly the order given. The schedule (interleaved or blocked) is the sequence's
-business, not the backend's, so every backend runs every schedule the same way.
+in exactly the order given, synchronising with the host after the positions given. The
+schedule (interleaved or blocked, which samples are warm-up) is the plan's business, not
+the backend's, so every backend runs every schedule the same way.
 
 * ``CudaBackend``: the ``inner_reps`` launches are captured in one CUDA graph; a sample
   is one replay between two CUDA events; per-call time = replay time / ``inner_reps``.
@@ -44,8 +45,10 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    def run(self, arms: Sequence[object], sequence: Sequence[int], chunk: int) -> Timed:
-        """Take one sample of ``arms[i]`` for every ``i`` of ``sequence``, in order."""
+    def run(self, arms: Sequence[object], sequence: Sequence[int],
+            sync_after: Sequence[int]) -> Timed:
+        """Take one sample of ``arms[i]`` for every ``i`` of ``sequence``, in order, and
+        wait for the device (reading telemetry) after each position in ``sync_after``."""
 
     @abstractmethod
     def synchronize(self) -> None:
@@ -81,18 +84,21 @@ class CudaBackend(Backend):
         torch.cuda.synchronize(self.device)
         return _Graph(graph, inner_reps, launches)
 
-    def run(self, arms: Sequence[_Graph], sequence: Sequence[int], chunk: int) -> Timed:
+    def run(self, arms: Sequence[_Graph], sequence: Sequence[int],
+            sync_after: Sequence[int]) -> Timed:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in sequence]
+        syncs = set(sync_after)
         readings = [self.monitor.read(0)]
-        for n, (arm, (start, end)) in enumerate(zip(sequence, events, strict=True), 1):
+        for n, (arm, (start, end)) in enumerate(zip(sequence, events, strict=True)):
             start.record()
             arms[arm].graph.replay()
             end.record()
-            if n % chunk == 0 or n == len(sequence):
+            if n in syncs:
                 # Keeps the host near the device, so each reading belongs to its samples.
                 end.synchronize()
-                readings.append(self.monitor.read(n))
+                readings.append(self.monitor.read(n + 1))
+        end.synchronize()
         seconds = [s.elapsed_time(e) * 1e-3 / arms[a].inner_reps
                    for a, (s, e) in zip(sequence, events, strict=True)]
         return Timed(seconds, [r for r in readings if r is not None])
@@ -114,7 +120,8 @@ class CpuBackend(Backend):
     def prepare(self, launches: Sequence[Launch], inner_reps: int, label: str) -> _Calls:
         return _Calls(launches, inner_reps)
 
-    def run(self, arms: Sequence[_Calls], sequence: Sequence[int], chunk: int) -> Timed:
+    def run(self, arms: Sequence[_Calls], sequence: Sequence[int],
+            sync_after: Sequence[int]) -> Timed:
         seconds = []
         for arm in sequence:
             calls = arms[arm]

@@ -24,7 +24,7 @@ def per_call_seconds(backend: Backend, launch, inner_reps: int, samples: int,
     """Time one launch on its own: warmed, prepared, sampled ``samples`` times."""
     launch()
     arm = backend.prepare([launch], inner_reps, label)
-    return backend.run([arm], [0] * samples, chunk=samples).seconds
+    return backend.run([arm], [0] * samples, [samples - 1]).seconds
 
 
 def copy_bandwidth(backend: Backend, samples: int = 20) -> dict:

@@ -23,6 +23,7 @@ from qkbench.kernels.checks import (
     check_rotary_dim,
 )
 from qkbench.kernels.mrope import LAYOUTS
+from qkbench.schedule import ORDERS
 
 SCHEDULES = ("interleaved", "blocked")
 ISOLATIONS = ("process", "inprocess")
@@ -35,17 +36,26 @@ POSITION_DTYPES = ("int32", "int64")
 class Timing:
     """How each pass samples its arms (SPEC section 4)."""
 
+    # A multiple of six: every arm order equally often.
     passes: int = 6
     warmup: int = 20
     samples: int = 200
     inner_reps: int = 32
     drop_threshold: float = 0.01
+    # Replacement passes (same arm order) a dropped (pass, case) may get before the case
+    # is unstable.
+    retries: int = 2
     schedule: str = "interleaved"
     isolation: str = "process"
     cache: str = "hot"
     seed: int = 0
-    # Samples between two device synchronisations (and telemetry readings).
+    # Rounds between two host synchronisations (and telemetry readings); the round after
+    # each one is discarded as warm-up.
     chunk: int = 64
+    # An arm whose SM clock moved by more than this share while it was timed, or whose
+    # throttle reasons (other than idle) were set, is flagged; dropped if drop_throttled.
+    clock_threshold: float = 0.02
+    drop_throttled: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,11 +212,21 @@ def _check_geometry(g: Geometry) -> None:
 
 def _check_semantics(p: Protocol, src: str) -> None:
     t = p.timing
-    for name in ("passes", "samples", "inner_reps", "chunk"):
+    for name in ("passes", "samples", "inner_reps"):
         if getattr(t, name) < 1:
             raise ProtocolError(f"{src}: 'timing.{name}' must be >= 1")
-    if t.warmup < 0:
-        raise ProtocolError(f"{src}: 'timing.warmup' must be >= 0")
+    if t.passes % len(ORDERS):
+        raise ProtocolError(f"{src}: 'timing.passes' must be a multiple of {len(ORDERS)} "
+                            f"(every arm order equally often), got {t.passes}")
+    if t.chunk < 2:
+        raise ProtocolError(f"{src}: 'timing.chunk' must be >= 2 (the round after each "
+                            f"synchronisation is discarded), got {t.chunk}")
+    for name in ("warmup", "retries"):
+        if getattr(t, name) < 0:
+            raise ProtocolError(f"{src}: 'timing.{name}' must be >= 0, got {getattr(t, name)}")
+    if not 0 < t.clock_threshold < 1:
+        raise ProtocolError(f"{src}: 'timing.clock_threshold' must be in (0, 1), "
+                            f"got {t.clock_threshold}")
     if not 0 < t.drop_threshold < 1:
         raise ProtocolError(f"{src}: 'timing.drop_threshold' must be in (0, 1), "
                             f"got {t.drop_threshold}")
@@ -270,6 +290,14 @@ def parse(text: str, src: str = "<protocol>") -> Protocol:
                      timing=timing, bands=tuple(bands), text=text, path=src, **scalars)
     _check_semantics(proto, src)
     return proto
+
+
+def rebuild(recorded: dict) -> Protocol:
+    """The protocol an archive's header records: its text with the recorded routes and
+    timing applied (``recorded`` is the archive's ``protocol`` object)."""
+    resolved = recorded["resolved"]
+    return parse(recorded["text"], recorded.get("path") or "<archive>").with_overrides(
+        routes=resolved["routes"], **resolved["timing"])
 
 
 def shipped() -> dict[str, str]:

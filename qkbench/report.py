@@ -6,8 +6,14 @@ from rich.console import Group
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from qkbench.summary import current
+
 CPU_NOTE = ("Measured on the CPU: the Triton routes ran in the interpreter, so these figures "
             "say nothing about GPU kernels; they only exercise the method.")
+
+SCHEMA_1_NOTE = ("A schema 1 archive: shown re-summarised by today's rules (no replacement "
+                 "passes were run, so a dropped slot is unstable); its stored summary follows "
+                 "the schema 1 rules, which audit checks.")
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "invalid route": "bold red"}
 
@@ -34,15 +40,18 @@ def header_lines(archive: dict) -> list[str]:
     gpu = env.get("gpu", {}).get("name", env["device"])
     code = env["code"]
     commit = (code["commit"] or "unknown")[:12] + (" (dirty)" if code.get("dirty") else "")
-    summary = archive["summary"] or {}
-    passes = summary.get("passes", {"ok": 0, "failed": 0})
+    summary = current(archive) or {}
+    passes = summary.get("passes", {"ok": 0, "failed": 0, "replacements": 0})
     lines = [
         f"protocol {archive['protocol']['resolved']['name']} "
         f"(sha256 {archive['protocol']['sha256'][:12]}), status {archive['status']}",
         f"device {gpu}; torch {env['torch']}, triton {env['triton']}, commit {commit}",
         f"schedule {settings['schedule']}, isolation {settings['isolation']}; "
-        f"passes ok {passes['ok']}, failed {passes['failed']}",
+        f"passes ok {passes['ok']}, failed {passes['failed']}, "
+        f"replacements {passes.get('replacements', 0)}",
     ]
+    if archive.get("schema_version") == 1:
+        lines.append(SCHEMA_1_NOTE)
     limits = summary.get("limits")
     if limits:
         floors = ", ".join(f"{k.replace('_', ' ')} {v:.2f} us"
@@ -55,52 +64,79 @@ def header_lines(archive: dict) -> list[str]:
     return lines
 
 
+def _interval(e: dict) -> str:
+    if e["best"] is None:
+        return "-"
+    return f"[{_pct(e['best'])}, {_pct(e['worst'])}]"
+
+
+def _verdict(e: dict) -> str:
+    if e["verdict"] == "unstable" and e["unstable_orders"]:
+        return f"unstable ({'; '.join(e['unstable_orders'])})"
+    return e["verdict"]
+
+
 def tables(archive: dict) -> list[Table]:
     out = []
-    for comp in (archive["summary"] or {}).get("comparisons", []):
+    for comp in (current(archive) or {}).get("comparisons", []):
         name = f"{comp['baseline']} -> {comp['candidate']}"
-        cases = Table(f"{name}: per cell (delta = candidate / baseline - 1; "
-                      "width = worst kept |null|)",
+        coverages = {c["effect"]["coverage"] for c in comp["cases"]} - {None}
+        cover = (f"{_pct(coverages.pop(), False)} interval" if len(coverages) == 1
+                 else "interval")
+        cases = Table(f"{name}: per cell (delta = candidate / baseline - 1, the mean log ratio "
+                      f"over the balanced kept passes; interval = [best, worst] kept delta, "
+                      f"its coverage of the median delta; width = worst kept |null|)",
                       ["geometry", "T", "kept", f"{comp['baseline']} us",
-                       f"{comp['candidate']} us", "delta", "best", "worst", "95% CI",
-                       "width", "verdict", "copy us", "cand. share of copy BW"])
+                       f"{comp['candidate']} us", "delta", cover, "width", "verdict",
+                       "copy us", "cand. share of copy BW"])
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
             bw = c.get("bandwidth", {}).get("candidate", {})
-            ci = (f"[{_pct(e['ci_low'])}, {_pct(e['ci_high'])}]"
-                  if e["ci_low"] is not None else "-")
-            verdict = e["verdict"] if not c["invalid_passes"] else "invalid route"
             cases.rows.append([c["geometry"], str(c["tokens"]), f"{e['kept']}/{e['total']}",
                                _num(t.get("baseline")), _num(t.get("candidate")),
-                               _pct(e["median"]), _pct(e["best"]), _pct(e["worst"]), ci,
-                               _pct(e["width"], False), verdict, _num(t.get("copy")),
+                               _pct(e["estimate"]), _interval(e), _pct(e["width"], False),
+                               _verdict(e), _num(t.get("copy")),
                                _pct(bw.get("share_of_copy"), False)])
         out.append(cases)
         if comp["bands"]:
             bands = Table(f"{name}: bands", ["band", "cells", "median", "best", "worst",
-                                             "faster"])
+                                             "faster", "unstable"])
             for b in comp["bands"]:
                 bands.rows.append([b["name"], str(b["cells"]), _pct(b["median"]),
                                    _pct(b["best"]), _pct(b["worst"]),
-                                   f"{b['faster']}/{b['cells']}"])
+                                   f"{b['faster']}/{b['cells']}", str(b["unstable"])])
             out.append(bands)
-        cross = Table(f"{name}: crossover", ["geometry", "faster through T", "stops at T"])
+        cross = Table(f"{name}: crossover (a cell without a verdict ends the run)",
+                      ["geometry", "faster through T", "stops at T"])
         for g, x in comp["crossover"].items():
-            cross.rows.append([g, _num(x["faster_through"], "d"), _num(x["stops_at"], "d")])
+            stop = ("no crossover in range" if x["censored"] else _num(x["stops_at"], "d"))
+            cross.rows.append([g, _num(x["faster_through"], "d"), stop])
         out.append(cross)
     return out
 
 
+def _bound(bound: dict) -> str:
+    if bound["bound"] is None:
+        return "none"
+    if bound["censored"]:
+        return f"no crossover up to T = {bound['bound']} (censored: not a measured crossover)"
+    return f"T <= {bound['bound']}"
+
+
 def comparison_lines(archive: dict) -> list[str]:
     lines = []
-    for comp in (archive["summary"] or {}).get("comparisons", []):
-        d, w = comp["drops"], comp["width"]
-        bound = comp["dispatch_bound"]
+    for comp in (current(archive) or {}).get("comparisons", []):
+        d, w, slot = comp["drops"], comp["width"], comp["slot_effect"]
+        warn = " -- larger than the width: a warning about the machine" if slot[
+            "beyond_width"] else ""
         lines.append(
             f"{comp['baseline']} -> {comp['candidate']}: dropped {d['dropped']} of {d['total']} "
-            f"(pass, cell) pairs; instrument width worst kept {_pct(w['worst'], False)}, "
-            f"median {_pct(w['median'], False)}; recommended dispatch bound: "
-            + (f"T <= {bound}" if bound is not None else "none"))
+            f"measured (pass, cell) pairs, {d['replacements']} replacement attempts, "
+            f"{d['unstable']} unstable cells; instrument width worst kept "
+            f"{_pct(w['worst'], False)}, median {_pct(w['median'], False)}; slot effect "
+            f"(first-sampled arm vs the later ones) {_pct(slot['estimate'])}{warn}; "
+            f"{comp['flagged_rows']} (pass, cell) pairs with telemetry flags; "
+            f"recommended dispatch bound: {_bound(comp['dispatch_bound'])}")
     return lines
 
 
@@ -128,7 +164,7 @@ def as_rich(archive: dict) -> Group:
             rt.add_column(h, justify="left" if i == 0 else "right")
         verdict = table.headers.index("verdict") if "verdict" in table.headers else None
         for row in table.rows:
-            style = None if verdict is None else VERDICT_STYLE.get(row[verdict])
+            style = None if verdict is None else VERDICT_STYLE.get(row[verdict].split()[0])
             rt.add_row(*row, style=style)
         parts.append(rt)
     parts += [Text(line) for line in comparison_lines(archive)]

@@ -5,9 +5,10 @@ preallocates its outputs, once per input set, so that the harness times only lau
 """
 
 import importlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from functools import cache
+from itertools import count
 
 import torch
 
@@ -25,20 +26,31 @@ class Route:
     exact_group: str | None = None
     # The byte model of one call; None counts the operation's minimum (the fused bytes).
     traffic: Callable | None = None
+    # A planted effect (calibration): one extra call of the op every this many launches,
+    # +1/extra_every of the route's own work.
+    extra_every: int | None = None
 
-    def launches(self, input_sets: Sequence[Inputs], inplace: bool) -> list[Launch]:
-        """One launch per input set, outputs allocated now (in the caller's order)."""
-        return [self._launch(inputs, inplace) for inputs in input_sets]
+    def launches(self, input_sets: Sequence[Inputs], inplace: bool,
+                 empty_like: Callable[[torch.Tensor], torch.Tensor] = torch.empty_like
+                 ) -> list[Launch]:
+        """One launch per input set, outputs allocated now by ``empty_like`` (in the
+        caller's order). Each launch's ``work`` attribute is its mean number of op calls."""
+        calls = count()
+        return [self._launch(inputs, inplace, empty_like, calls) for inputs in input_sets]
 
-    def _launch(self, inputs: Inputs, inplace: bool) -> Launch:
-        outs = {} if inplace else {"q_out": torch.empty_like(inputs.q),
-                                   "k_out": torch.empty_like(inputs.k)}
+    def _launch(self, inputs: Inputs, inplace: bool, empty_like: Callable,
+                calls: Iterator[int]) -> Launch:
+        outs = {} if inplace else {"q_out": empty_like(inputs.q), "k_out": empty_like(inputs.k)}
         # Positions were checked once by verification; a graph capture cannot read them.
         extra = {"check_positions": False} if self.exact_group == "triton" else {}
+        every = self.extra_every
 
         def launch() -> None:
             inputs.call(self.op, inplace=inplace, **outs, **extra)
+            if every and next(calls) % every == 0:
+                inputs.call(self.op, inplace=inplace, **outs, **extra)
 
+        launch.work = 1.0 + (1.0 / every if every else 0.0)
         return launch
 
     def bytes_moved(self, inputs: Inputs) -> int:
@@ -96,11 +108,34 @@ def _builtin() -> dict[str, Route]:
 BUILTIN = ("split", "fused", "eager", "compiled")
 
 
+TWIN = "~twin"
+PLANTED = "+1/"
+
+
+def twin(name: str) -> str:
+    """The name under which a route runs against itself (an A/A comparison)."""
+    return f"{name}{TWIN}"
+
+
+def planted(name: str, every: int) -> str:
+    """The name of a route with a planted effect: one extra call every ``every`` launches."""
+    return f"{name}{PLANTED}{every}"
+
+
 def resolve(name: str) -> Route:
-    """A built-in route by name, or a user route given as ``module:callable``."""
+    """A built-in route by name, a user route given as ``module:callable``, or either as
+    ``NAME~twin`` (the same route under a second name) or ``NAME+1/N`` (the route with
+    one extra call of itself every N launches: a planted effect of known size)."""
     builtin = _builtin()
     if name in builtin:
         return builtin[name]
+    if name.endswith(TWIN):
+        return replace(resolve(name.removesuffix(TWIN)), name=name)
+    base, sep, every = name.rpartition(PLANTED)
+    if sep and base:
+        if not every.isdigit() or int(every) < 1:
+            raise RouteError(f"route {name!r}: N in '+1/N' must be an integer >= 1")
+        return replace(resolve(base), name=name, extra_every=int(every))
     module, sep, attr = name.partition(":")
     if not sep or not module or not attr:
         raise RouteError(f"unknown route {name!r}: use one of {', '.join(BUILTIN)} or "

@@ -1,8 +1,11 @@
 """The manager of a sweep: one worker per pass, each finished pass appended to the archive.
 
-The archive is rewritten atomically after every pass, so a run that dies keeps what it
-finished; a pass whose process crashes is recorded as failed and the run goes on;
-``resume`` continues an interrupted run without repeating finished passes.
+First the primary passes, one per order slot; then, while any (slot, case) was dropped or
+failed and has retries left, replacement passes with that slot's arm order for just those
+cases (balanced replacement, SPEC 4). The archive is rewritten atomically after every
+pass, so a run that dies keeps what it finished; a pass whose process crashes is recorded
+as failed (and replaced like a drop); ``resume`` continues an interrupted run without
+repeating finished passes, pending replacements included.
 """
 
 import json
@@ -25,8 +28,9 @@ from qkbench.backends import Backend
 from qkbench.errors import ArchiveError
 from qkbench.protocol import Protocol
 from qkbench.routes import resolve
-from qkbench.summary import summarize
-from qkbench.worker import PROGRESS
+from qkbench.schedule import order_of
+from qkbench.summary import open_slots, summarize
+from qkbench.worker import PROGRESS, pass_header
 
 
 @dataclass
@@ -38,8 +42,13 @@ class Events:
     pass_finished: Callable[[int, str], None] = lambda index, status: None
 
 
-def job_for(protocol: Protocol, index: int, device: torch.device) -> dict:
-    return {"index": index, "device": str(device), "protocol_text": protocol.text,
+def job_for(protocol: Protocol, index: int, device: torch.device, replaces: int | None = None,
+            case_keys: list[str] | None = None) -> dict:
+    """Pass ``index``: a primary pass (its own slot's order, every case), or a replacement
+    of slot ``replaces`` (that slot's order) for ``case_keys`` alone."""
+    slot = index if replaces is None else replaces
+    return {"index": index, "order": list(order_of(slot)), "replaces": replaces,
+            "case_keys": case_keys, "device": str(device), "protocol_text": protocol.text,
             "protocol_path": protocol.path, "overrides": _overrides(protocol),
             "measure_limits": True}
 
@@ -57,10 +66,10 @@ def _worker_env(device: torch.device) -> dict:
     return child
 
 
-def _failed_pass(index: int, pid: int, returncode: int | None, head: list[str],
+def _failed_pass(job: dict, pid: int, returncode: int | None, head: list[str],
                  tail: list[str]) -> dict:
     """The archive's record of a pass that did not finish: what it said, first and last."""
-    return {"index": index, "status": "failed", "returncode": returncode, "pid": pid,
+    return {**pass_header(job), "status": "failed", "returncode": returncode, "pid": pid,
             "stderr_head": head, "stderr_tail": tail, "finished": time.time()}
 
 
@@ -72,7 +81,7 @@ def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
         return run_pass(job, backend, events.case_done)
     except Exception:
         lines = traceback.format_exc().rstrip().splitlines()
-        return _failed_pass(job["index"], os.getpid(), None, lines[:40], lines[40:][-20:])
+        return _failed_pass(job, os.getpid(), None, lines[:40], lines[40:][-20:])
 
 
 def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
@@ -95,7 +104,7 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
         code = proc.wait()
         if code == 0 and result_path.exists():
             return json.loads(result_path.read_text())
-        return _failed_pass(job["index"], proc.pid, code, head, list(tail))
+        return _failed_pass(job, proc.pid, code, head, list(tail))
 
 
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
@@ -124,11 +133,9 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         run = archives.new(protocol, settings, env.capture(device), command or [])
         archives.create(out, run)
     done = {p["index"] for p in run["passes"]}
-    for index in range(t.passes):
-        if index in done:
-            continue
-        events.pass_started(index, t.passes)
-        job = job_for(protocol, index, device)
+
+    def measure(job: dict) -> None:
+        events.pass_started(job["index"], t.passes)
         if t.isolation == "process" and backend is None:
             result = _run_in_subprocess(job, device, events)
         else:
@@ -137,7 +144,17 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         run["passes"] = sorted([*run["passes"], result], key=lambda p: p["index"])
         run["summary"] = summarize(run)
         archives.write(out, run)
-        events.pass_finished(index, result["status"])
+        events.pass_finished(job["index"], result["status"])
+
+    for index in range(t.passes):
+        if index not in done:
+            measure(job_for(protocol, index, device))
+    run["summary"] = summarize(run)
+    # Each round replaces every open slot once; a slot's attempts are bounded by retries.
+    while slots := open_slots(run["summary"]):
+        for slot, keys in slots.items():
+            index = max(p["index"] for p in run["passes"]) + 1
+            measure(job_for(protocol, index, device, replaces=slot, case_keys=keys))
     run["status"] = "complete"
     run["summary"] = summarize(run)
     archives.write(out, run)

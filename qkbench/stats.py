@@ -5,13 +5,8 @@ Ratios are ``x / baseline - 1``: negative means the candidate takes less time.
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from statistics import median
-
-import numpy as np
-from scipy import stats as sps
-
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
+from math import exp, log, sqrt
+from statistics import fmean, median
 
 
 def null_ratio(a: Sequence[float], a_again: Sequence[float]) -> float:
@@ -20,8 +15,8 @@ def null_ratio(a: Sequence[float], a_again: Sequence[float]) -> float:
 
 
 def baseline_time(a: Sequence[float], a_again: Sequence[float]) -> float:
-    """The baseline from both identical arms: the median of their pooled samples."""
-    return median([*a, *a_again])
+    """The baseline from both identical arms: the geometric mean of their medians."""
+    return sqrt(median(a) * median(a_again))
 
 
 def delta_ratio(b: Sequence[float], a: Sequence[float], a_again: Sequence[float]) -> float:
@@ -34,76 +29,103 @@ def kept(null: float, threshold: float) -> bool:
     return abs(null) <= threshold
 
 
-def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95
-                        ) -> tuple[float, float] | None:
-    """A percentile-bootstrap interval of the median; None below two distinct values."""
-    if len(values) < 2 or len(set(values)) < 2:
+def mean_log_ratio(ratios: Sequence[float]) -> float:
+    """``exp(mean(log(1 + r))) - 1``: over a balanced set, slot effects cancel exactly."""
+    return exp(fmean(log(1.0 + r) for r in ratios)) - 1.0
+
+
+def coverage(n: int) -> float:
+    """The exact distribution-free coverage of [min, max] of ``n`` values as an interval
+    for their population median: ``1 - 2^(1 - n)`` (0 below two values)."""
+    return 1.0 - 2.0 ** (1 - n) if n >= 2 else 0.0
+
+
+def slot_effect(slot_medians: Sequence[Sequence[float]]) -> float | None:
+    """How much slower the first-sampled arm runs than the later ones, all arms pooled.
+
+    ``slot_medians`` holds, per pass, each arm's median in sampling order. Over passes
+    that hold every order equally often each arm sits in each slot equally often, so the
+    arms' own differences cancel and only the slots' remain.
+    """
+    if not slot_medians:
         return None
-    res = sps.bootstrap((np.asarray(values),), np.median, confidence_level=confidence,
-                        n_resamples=BOOTSTRAP_RESAMPLES, method="percentile",
-                        random_state=np.random.default_rng(BOOTSTRAP_SEED))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    logs = [log(m[0]) - fmean(log(x) for x in m[1:]) for m in slot_medians]
+    return exp(fmean(logs)) - 1.0
 
 
 @dataclass(frozen=True)
 class Effect:
-    """One cell's summary over its kept passes."""
+    """One cell's summary over its balanced kept set (one kept pass per order slot)."""
 
     kept: int
     total: int
+    estimate: float | None  # the mean log ratio over the balanced set
     median: float | None
     best: float | None
     worst: float | None
-    ci_low: float | None
-    ci_high: float | None
+    coverage: float | None  # of [best, worst] as an interval for the median delta
     width: float | None  # the worst kept |null|: the instrument's resolution here
     width_median: float | None
     verdict: str
+    unstable_orders: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def verdict(median_delta: float, width: float) -> str:
-    """faster / slower when the median effect lies outside the instrument width, else
-    unresolved."""
-    if median_delta < -width:
+def verdict(deltas: Sequence[float], width: float, complete: bool) -> str:
+    """faster / slower only when the kept set holds every order slot (``complete``), has
+    at least two passes, and every kept delta lies beyond the width on the same side;
+    unresolved otherwise."""
+    if not complete or len(deltas) < 2:
+        return "unresolved"
+    if all(d < -width for d in deltas):
         return "faster"
-    if median_delta > width:
+    if all(d > width for d in deltas):
         return "slower"
     return "unresolved"
 
 
-def effect(nulls: Sequence[float], deltas: Sequence[float], threshold: float) -> Effect:
-    """Summarise one cell from its per-pass null and delta ratios."""
-    keep = [(n, d) for n, d in zip(nulls, deltas, strict=True) if kept(n, threshold)]
-    if not keep:
-        return Effect(0, len(nulls), None, None, None, None, None, None, None, "no kept passes")
-    widths = [abs(n) for n, _ in keep]
-    ds = [d for _, d in keep]
-    ci = bootstrap_median_ci(ds)
+def effect(nulls: Sequence[float], deltas: Sequence[float], total: int,
+           state: str | None = None, unstable_orders: Sequence[str] = ()) -> Effect:
+    """Summarise one cell from the null and delta ratios of its balanced kept set: one
+    kept pass for each of its ``total`` order slots.
+
+    ``state`` names why a cell has no such set (``unstable``: a slot's retries all
+    failed, named in ``unstable_orders``; ``pending``; ``unmeasured``; ``invalid route``):
+    it then gets neither an estimate nor a verdict.
+    """
+    n = len(deltas)
+    if state is None and n != total:
+        raise ValueError(f"a balanced kept set holds one pass per slot: {n} of {total}")
+    if state is not None or n == 0:
+        return Effect(n, total, None, None, None, None, None, None, None,
+                      state or "unmeasured", tuple(unstable_orders))
+    widths = [abs(x) for x in nulls]
     width = max(widths)
-    return Effect(len(keep), len(nulls), median(ds), min(ds), max(ds),
-                  ci[0] if ci else None, ci[1] if ci else None, width, median(widths),
-                  verdict(median(ds), width))
+    return Effect(n, total, mean_log_ratio(deltas), median(deltas), min(deltas), max(deltas),
+                  coverage(n), width, median(widths), verdict(deltas, width, True))
 
 
 def band_summary(effects: Sequence[Effect]) -> dict:
-    """A band: its cells, the median / best / worst of their medians, and faster k/n."""
-    medians = [e.median for e in effects if e.median is not None]
+    """A band: its cells, the median / best / worst of their estimates, and faster k/n."""
+    estimates = [e.estimate for e in effects if e.estimate is not None]
     return {"cells": len(effects),
-            "median": median(medians) if medians else None,
-            "best": min(medians) if medians else None,
-            "worst": max(medians) if medians else None,
+            "median": median(estimates) if estimates else None,
+            "best": min(estimates) if estimates else None,
+            "worst": max(estimates) if estimates else None,
             "faster": sum(e.verdict == "faster" for e in effects),
-            "resolved_cells": len(medians)}
+            "unstable": sum(e.verdict == "unstable" for e in effects),
+            "resolved_cells": len(estimates)}
 
 
 def crossover(cells: Sequence[tuple[int, Effect]]) -> dict:
     """Where the candidate stops being resolvably faster on one geometry.
 
     ``cells`` are (tokens, effect); returns the last token count of the faster run that
-    starts at the smallest width, and the first one after it (None if it never stops).
+    starts at the smallest width and the first one after it. A cell with no verdict
+    (unstable, unmeasured) ends the run like a loss. With no stop in range the crossover
+    is censored at the largest width measured.
     """
     last, stop = None, None
     for tokens, e in sorted(cells, key=lambda c: c[0]):
@@ -111,21 +133,29 @@ def crossover(cells: Sequence[tuple[int, Effect]]) -> dict:
             stop = tokens
             break
         last = tokens
-    return {"faster_through": last, "stops_at": stop}
+    return {"faster_through": last, "stops_at": stop,
+            "censored": stop is None and last is not None}
 
 
 def dispatch_bound(by_geometry: dict[str, Sequence[tuple[int, Effect]]], margin: float
-                   ) -> int | None:
-    """The largest width up to which, on every geometry, each cell's gain exceeds
-    ``margin`` times its instrument width; None if the smallest width already fails."""
-    bound = None
+                   ) -> dict:
+    """The largest width up to which, on every geometry, each cell is resolved faster with
+    a gain beyond ``margin`` times its instrument width.
+
+    ``bound`` is None if the smallest width already fails; ``censored`` is True when no
+    geometry stopped within the measured range (the bound is then the range's end, not a
+    measured crossover). A cell without an estimate ends its geometry's run.
+    """
+    bound, censored = None, bool(by_geometry)
     for cells in by_geometry.values():
+        ordered = sorted(cells, key=lambda c: c[0])
         last = None
-        for tokens, e in sorted(cells, key=lambda c: c[0]):
-            if e.median is None or -e.median <= margin * e.width:
+        for tokens, e in ordered:
+            if e.verdict != "faster" or e.estimate is None or -e.estimate <= margin * e.width:
                 break
             last = tokens
         if last is None:
-            return None
+            return {"bound": None, "censored": False}
+        censored = censored and last == ordered[-1][0]
         bound = last if bound is None else min(bound, last)
-    return bound
+    return {"bound": bound, "censored": censored}

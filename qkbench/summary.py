@@ -1,17 +1,33 @@
 """Every derived figure of a run, computed from its raw samples alone.
 
-The runner stores ``summarize(archive)`` in the archive; ``audit`` recomputes it from the
-raw passes and compares.
+The runner stores ``summarize(archive)`` in the archive after every pass (and plans the
+replacement passes from it); ``audit`` recomputes it from the raw passes and compares.
+
+Each (comparison, case) cell has one *order slot* per primary pass. A slot is filled by
+the first of its attempts -- the primary pass, then replacement passes with the same arm
+order -- that the drop rule keeps. The filled slots form the balanced kept set: every arm
+order equally often, so order and slot effects cancel for all arms alike (SPEC 4).
 """
 
 from collections import defaultdict
 from statistics import median
 
 from qkbench import stats
-from qkbench.protocol import Band
+from qkbench.protocol import Band, rebuild
+from qkbench.schedule import order_of
+
+# Slot states: kept (filled), open (a replacement is due), pending (not yet measured),
+# unstable (every attempt dropped or failed), invalid (a route is wrong there).
+KEPT, OPEN, PENDING, UNSTABLE, INVALID = "kept", "open", "pending", "unstable", "invalid"
 
 
-def _limits(passes: list[dict]) -> dict | None:
+def slot_of(p: dict) -> int:
+    """The order slot a pass fills: its own index, or the one it replaces."""
+    return p["index"] if p.get("replaces") is None else p["replaces"]
+
+
+def limits_summary(passes: list[dict]) -> dict | None:
+    """The device limits over the passes that measured them (medians)."""
     measured = [p["limits"] for p in passes if p.get("limits")]
     if not measured:
         return None
@@ -25,87 +41,197 @@ def _limits(passes: list[dict]) -> dict | None:
     }
 
 
-def _cell(key: str, entries: list[tuple[int, dict, dict]], threshold: float,
-          copy_gbps: float | None) -> dict:
-    """One (comparison, case) cell from its per-pass (index, case result, comparison)."""
-    rows, invalid = [], []
-    for index, case_result, comp in entries:
-        if comp["status"] != "ok":
-            invalid.append({"pass": index, "routes": comp.get("invalid_routes", [])})
-            continue
-        arms = {a["label"]: a["samples"] for a in comp["arms"]}
-        rows.append({
-            "pass": index,
-            "null": stats.null_ratio(arms["A"], arms["A'"]),
-            "delta": stats.delta_ratio(arms["B"], arms["A"], arms["A'"]),
-            "baseline_s": stats.baseline_time(arms["A"], arms["A'"]),
-            "candidate_s": median(arms["B"]),
-            "copy_s": median(case_result["copy"]["samples"]),
-        })
-    for r in rows:
-        r["kept"] = stats.kept(r["null"], threshold)
-    effect = stats.effect([r["null"] for r in rows], [r["delta"] for r in rows], threshold)
-    _, first, comp = entries[0]
-    kept_rows = [r for r in rows if r["kept"]] or rows
-    cell = {"key": key, "geometry": first["case"]["geometry"]["name"],
-            "tokens": first["case"]["tokens"], "effect": effect.as_dict(), "passes": rows,
-            "invalid_passes": invalid}
-    if kept_rows:
-        times = {"baseline": median(r["baseline_s"] for r in kept_rows),
-                 "candidate": median(r["candidate_s"] for r in kept_rows),
-                 "copy": median(r["copy_s"] for r in kept_rows)}
-        nbytes = first["bytes"]
+def telemetry_flags(arms: list[dict], clock_threshold: float) -> list[str]:
+    """What the card did while each arm was timed that casts doubt on its samples."""
+    flags = []
+    for arm in arms:
+        readings = arm.get("telemetry") or []
+        clocks = [r["sm_clock_mhz"] for r in readings]
+        if clocks and (max(clocks) - min(clocks)) / max(clocks) > clock_threshold:
+            flags.append(f"{arm['label']}: SM clock moved {min(clocks)}-{max(clocks)} MHz")
+        reasons = sorted({name for r in readings for name in r["throttle"]} - {"gpu_idle"})
+        if reasons:
+            flags.append(f"{arm['label']}: throttled ({', '.join(reasons)})")
+    return flags
+
+
+def _row(p: dict, case_result: dict, comp: dict, timing: dict) -> dict:
+    """One measured attempt of a cell: its null, delta and the drop decision."""
+    arms = {a["label"]: a["samples"] for a in comp["arms"]}
+    null = stats.null_ratio(arms["A"], arms["A'"])
+    flags = telemetry_flags(comp["arms"], timing.get("clock_threshold", 1.0))
+    reason = None
+    if not stats.kept(null, timing["drop_threshold"]):
+        reason = "null"
+    elif flags and timing.get("drop_throttled", False):
+        reason = "throttled"
+    return {
+        "pass": p["index"], "slot": slot_of(p), "order": p["order"],
+        "null": null, "delta": stats.delta_ratio(arms["B"], arms["A"], arms["A'"]),
+        "baseline_s": stats.baseline_time(arms["A"], arms["A'"]),
+        "candidate_s": median(arms["B"]),
+        "copy_s": median(case_result["copy"]["samples"]),
+        "slot_medians": [median(a["samples"]) for a in comp["arms"]],
+        "kept": reason is None, "drop_reason": reason, "flags": flags,
+    }
+
+
+def _attempts(passes: list[dict], keys: list[str]) -> dict[tuple[str, int], list[tuple]]:
+    """(case key, slot) -> every attempt in pass order: (pass, case result or None)."""
+    out: dict[tuple[str, int], list[tuple]] = defaultdict(list)
+    for p in sorted(passes, key=lambda p: p["index"]):
+        if p["status"] == "ok":
+            for case_result in p["cases"]:
+                out[case_result["key"], slot_of(p)].append((p, case_result))
+        else:  # a pass that died measured none of the cases it was asked for
+            for key in p.get("case_keys") or keys:
+                out[key, slot_of(p)].append((p, None))
+    return out
+
+
+def _slot(slot: int, attempts: list[tuple], pair: tuple[str, str], timing: dict,
+          retries: int) -> tuple[dict, list[dict], dict | None, list[dict]]:
+    """One slot of one cell: its record, its measured rows, the row that fills it (or
+    None) and its invalid attempts."""
+    rows, invalid, used, failed = [], [], None, 0
+    for p, case_result in attempts:
+        comp = None if case_result is None else next(
+            (c for c in case_result.get("comparisons", [])
+             if (c["baseline"], c["candidate"]) == pair), None)
+        if comp is None:
+            failed += 1
+        elif comp["status"] != "ok":
+            invalid.append({"pass": p["index"], "routes": comp.get("invalid_routes", [])})
+        else:
+            row = _row(p, case_result, comp, timing)
+            rows.append(row)
+            if used is None and row["kept"]:
+                used = row
+    if invalid:
+        status = INVALID
+    elif used is not None:
+        status = KEPT
+    elif not attempts:
+        status = PENDING
+    elif len(attempts) <= retries:
+        status = OPEN
+    else:
+        status = UNSTABLE
+    record = {"slot": slot, "order": list(order_of(slot)), "status": status,
+              "attempts": len(attempts), "failed": failed,
+              "used": None if used is None else used["pass"]}
+    return record, rows, used, invalid
+
+
+def _cell(case, pair: tuple[str, str], attempts: dict, timing: dict, retries: int,
+          copy_gbps: float | None) -> tuple[dict, stats.Effect]:
+    slots, rows, used, invalid = [], [], [], []
+    for slot in range(timing["passes"]):
+        record, slot_rows, row, bad = _slot(slot, attempts.get((case.key, slot), []), pair,
+                                            timing, retries)
+        slots.append(record)
+        rows += slot_rows
+        invalid += bad
+        if row is not None:
+            used.append(row)
+    statuses = {s["status"] for s in slots}
+    unstable = [" ".join(s["order"]) for s in slots if s["status"] == UNSTABLE]
+    state = (INVALID + " route" if INVALID in statuses else
+             UNSTABLE if unstable else
+             PENDING if statuses & {OPEN, PENDING} else None)
+    effect = stats.effect([r["null"] for r in used], [r["delta"] for r in used],
+                          timing["passes"], state, unstable)
+    cell = {"key": case.key, "geometry": case.geometry.name, "tokens": case.tokens,
+            "effect": effect.as_dict(), "slots": slots, "passes": rows,
+            "invalid_passes": invalid,
+            "slot_effect": stats.slot_effect([r["slot_medians"] for r in used])
+            if effect.estimate is not None else None}
+    if effect.estimate is not None:
+        times = {"baseline": median(r["baseline_s"] for r in used),
+                 "candidate": median(r["candidate_s"] for r in used),
+                 "copy": median(r["copy_s"] for r in used)}
+        nbytes = next(r for slot in range(timing["passes"])
+                      for _, r in attempts.get((case.key, slot), []) if r)["bytes"]
         cell["time_us"] = {k: v * 1e6 for k, v in times.items()}
         cell["bandwidth"] = {
             role: {"route_gbps": nbytes[route] / times[role] / 1e9,
                    "share_of_copy": (nbytes[route] / times[role] / 1e9 / copy_gbps
                                      if copy_gbps else None),
                    "vs_same_bytes_copy": times[role] / times["copy"]}
-            for role, route in (("baseline", comp["baseline"]), ("candidate", comp["candidate"]))
+            for role, route in (("baseline", pair[0]), ("candidate", pair[1]))
         }
-    return cell
+    return cell, effect
+
+
+def _comparison(pair: tuple[str, str], cases: list, attempts: dict, timing: dict,
+                retries: int, bands: list[Band], margin: float,
+                copy_gbps: float | None) -> dict:
+    cells = [_cell(case, pair, attempts, timing, retries, copy_gbps) for case in cases]
+    summary = [c for c, _ in cells]
+    effects = {c["key"]: e for c, e in cells}
+    by_geometry = defaultdict(list)
+    for c in summary:
+        by_geometry[c["geometry"]].append((c["tokens"], effects[c["key"]]))
+    rows = [r for c in summary for r in c["passes"]]
+    used = {(c["key"], s["used"]) for c in summary for s in c["slots"]
+            if c["effect"]["estimate"] is not None}
+    used_rows = [r for c in summary for r in c["passes"] if (c["key"], r["pass"]) in used]
+    kept_nulls = [abs(r["null"]) for r in used_rows]
+    width = max(kept_nulls) if kept_nulls else None
+    slot = stats.slot_effect([r["slot_medians"] for r in used_rows])
+    return {
+        "baseline": pair[0], "candidate": pair[1], "cases": summary,
+        "bands": [{"name": b.name, **stats.band_summary(
+            [effects[c["key"]] for c in summary if b.holds(c["geometry"], c["tokens"])])}
+            for b in bands],
+        "crossover": {g: stats.crossover(cs) for g, cs in by_geometry.items()},
+        "dispatch_bound": stats.dispatch_bound(by_geometry, margin),
+        "drops": {"dropped": sum(not r["kept"] for r in rows), "total": len(rows),
+                  "replacements": sum(s["attempts"] - 1 for c in summary for s in c["slots"]
+                                      if s["attempts"] > 1),
+                  "unstable": sum(effects[k].verdict == UNSTABLE for k in effects)},
+        "width": {"worst": width, "median": median(kept_nulls) if kept_nulls else None},
+        "slot_effect": {"estimate": slot,
+                        "beyond_width": None if slot is None or width is None
+                        else abs(slot) > width},
+        "flagged_rows": sum(bool(r["flags"]) for r in rows),
+    }
 
 
 def summarize(archive: dict) -> dict:
-    resolved = archive["protocol"]["resolved"]
-    threshold = resolved["timing"]["drop_threshold"]
-    bands = [Band(**{**b, "geometries": tuple(b["geometries"]) if b.get("geometries") else None})
-             for b in resolved["bands"]]
-    passes = [p for p in archive["passes"] if p["status"] == "ok"]
-    limits = _limits(passes)
-    copy_gbps = limits["copy_gbps"] if limits else None
-
-    # (baseline, candidate) -> case key -> [(pass index, case result, comparison)]
-    cells: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for p in passes:
-        for case_result in p["cases"]:
-            for comp in case_result.get("comparisons", []):
-                pair = (comp["baseline"], comp["candidate"])
-                cells[pair][case_result["key"]].append((p["index"], case_result, comp))
-
-    comparisons = []
-    for pair, by_key in cells.items():
-        summary = [_cell(key, entries, threshold, copy_gbps) for key, entries in by_key.items()]
-        effects = {c["key"]: stats.Effect(**c["effect"]) for c in summary}
-        by_geometry = defaultdict(list)
-        for c in summary:
-            by_geometry[c["geometry"]].append((c["tokens"], effects[c["key"]]))
-        resolved_geoms = {g: [(t, e) for t, e in cs if e.median is not None]
-                          for g, cs in by_geometry.items()}
-        rows = [r for c in summary for r in c["passes"]]
-        kept_nulls = [abs(r["null"]) for r in rows if r["kept"]]
-        comparisons.append({
-            "baseline": pair[0], "candidate": pair[1], "cases": summary,
-            "bands": [{"name": b.name, **stats.band_summary(
-                [effects[c["key"]] for c in summary if b.holds(c["geometry"], c["tokens"])])}
-                for b in bands],
-            "crossover": {g: stats.crossover(cs) for g, cs in by_geometry.items()},
-            "dispatch_bound": stats.dispatch_bound(resolved_geoms, resolved["dispatch_margin"])
-            if all(resolved_geoms.values()) else None,
-            "drops": {"dropped": sum(not r["kept"] for r in rows), "total": len(rows)},
-            "width": {"worst": max(kept_nulls) if kept_nulls else None,
-                      "median": median(kept_nulls) if kept_nulls else None},
-        })
+    proto = rebuild(archive["protocol"])
+    timing = archive["protocol"]["resolved"]["timing"]
+    # Schema 1 runs had no replacement passes: a dropped slot was final.
+    retries = timing.get("retries", 0)
+    passes = archive["passes"]
+    ok = [p for p in passes if p["status"] == "ok"]
+    limits = limits_summary(ok)
+    cases = proto.cases()
+    attempts = _attempts(passes, [c.key for c in cases])
+    comparisons = [
+        _comparison((proto.baseline, cand), cases, attempts, timing, retries,
+                    list(proto.bands), proto.dispatch_margin,
+                    limits["copy_gbps"] if limits else None)
+        for cand in proto.candidates]
     return {"limits": limits, "comparisons": comparisons,
-            "passes": {"ok": len(passes), "failed": sum(p["status"] != "ok"
-                                                        for p in archive["passes"])}}
+            "passes": {"ok": len(ok), "failed": len(passes) - len(ok),
+                       "replacements": sum(p.get("replaces") is not None for p in passes)}}
+
+
+def current(archive: dict) -> dict | None:
+    """The summary to show: the stored one, or for a schema 1 archive (whose stored summary
+    follows the schema 1 rules) the same passes summarised by today's rules."""
+    if archive.get("schema_version") == 1:
+        return summarize(archive)
+    return archive["summary"]
+
+
+def open_slots(summary: dict) -> dict[int, list[str]]:
+    """Slot -> the case keys a replacement pass for that slot must measure."""
+    need: dict[int, set[str]] = defaultdict(set)
+    for comp in summary["comparisons"]:
+        for cell in comp["cases"]:
+            for s in cell["slots"]:
+                if s["status"] == OPEN:
+                    need[s["slot"]].add(cell["key"])
+    return {slot: sorted(keys) for slot, keys in sorted(need.items())}

@@ -71,30 +71,32 @@ def _telemetry_within(readings: list[dict], lo: int, hi: int) -> list[dict]:
 
 
 def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs],
-             inplace: bool, order: tuple[str, ...], p: Protocol, reps: int) -> dict:
+             inplace: bool, order: tuple[str, ...], p: Protocol, reps: int,
+             placement_seed: int) -> dict:
     """Time the three arms of one comparison in ``order`` under the protocol's schedule."""
     t = p.timing
-    prepared = []
-    for label in order:
-        # Per-arm buffers are allocated here, in the pass's permutation order.
-        launches = routes[label].launches(input_sets, inplace)
-        for launch in launches:
+    placement = schedule.Placement(placement_seed, order, backend.device)
+    launches = {}
+    for label in placement.order:  # a random order of its own, not the sampling order
+        placement.pad(label)
+        launches[label] = routes[label].launches(input_sets, inplace, placement.empty_like)
+        for launch in launches[label]:
             launch()
-        prepared.append(backend.prepare(launches, reps, label))
-    seq = schedule.sequence(len(order), t.warmup + t.samples, t.schedule)
-    timed = backend.run(prepared, seq, t.chunk)
-    per_arm = schedule.split_by_arm(timed.seconds, seq, len(order))
+    prepared = [backend.prepare(launches[label], reps, label) for label in order]
+    plan = schedule.sample_plan(len(order), t.warmup, t.samples, t.schedule, t.chunk)
+    timed = backend.run(prepared, plan.arms, plan.sync_after)
+    per_arm = schedule.split_by_arm(timed.seconds, plan, len(order))
     arms = []
     for i, label in enumerate(order):
-        positions = [n for n, a in enumerate(seq) if a == i]
+        positions = [n for n, a in enumerate(plan.arms) if a == i]
+        warmup, samples = per_arm[i]
         arms.append({
-            "label": label, "route": routes[label].name,
-            "warmup": per_arm[i][: t.warmup], "samples": per_arm[i][t.warmup:],
+            "label": label, "route": routes[label].name, "warmup": warmup, "samples": samples,
             "telemetry": _telemetry_within(timed.telemetry, positions[0], positions[-1] + 1)
             if timed.telemetry else [],
         })
     return {"baseline": routes["A"].name, "candidate": routes["B"].name, "status": "ok",
-            "arms": arms}
+            "placement": placement.record(), "arms": arms}
 
 
 def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol,
@@ -113,16 +115,17 @@ def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol,
     for launch in launches:
         launch()
     arm = backend.prepare(launches, reps, "copy")
-    seconds = backend.run([arm], [0] * (p.timing.warmup + p.timing.samples), p.timing.chunk).seconds
+    t = p.timing
+    plan = schedule.sample_plan(1, t.warmup, t.samples, t.schedule, t.chunk)
+    seconds = backend.run([arm], plan.arms, plan.sync_after).seconds
     return {"bytes": 2 * _qk_bytes(input_sets[0]),
-            "samples": seconds[p.timing.warmup:]}
+            "samples": schedule.split_by_arm(seconds, plan, 1)[0][1]}
 
 
 def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_index: int,
              order: tuple[str, ...]) -> dict:
     t = p.timing
     seed = schedule.placement_seed(t.seed, pass_index, case_index)
-    padding = schedule.pad_allocation(seed, backend.device)
     input_sets = _input_sets(case, t.seed * 100_003 + case_index, backend, t.cache == "cold")
     reps = _launches_per_replay(p, input_sets)
     inplace = case.geometry.inplace
@@ -130,36 +133,37 @@ def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_in
     candidates = [resolve(name) for name in p.candidates]
     checks = verify([baseline, *candidates], input_sets[0], inplace)
     result = {"key": case.key, "case": case.as_dict(), "placement_seed": seed,
-              "padding_bytes": padding.numel(), "input_sets": len(input_sets),
-              "input_set_bytes": _qk_bytes(input_sets[0]), "launches_per_replay": reps,
-              "verification": checks, "plans": _plans(case, backend.device),
+              "input_sets": len(input_sets), "input_set_bytes": _qk_bytes(input_sets[0]),
+              "launches_per_replay": reps, "verification": checks,
+              "plans": _plans(case, backend.device),
               "bytes": {r.name: r.bytes_moved(input_sets[0]) for r in (baseline, *candidates)},
               "comparisons": []}
-    for cand in candidates:
+    for i, cand in enumerate(candidates):
         bad = [r.name for r in (baseline, cand) if not checks[r.name]["ok"]]
         if bad:
             result["comparisons"].append({"baseline": baseline.name, "candidate": cand.name,
                                           "status": "invalid", "invalid_routes": bad})
             continue
         routes = {"A": baseline, "B": cand, "A'": baseline}
-        result["comparisons"].append(_compare(backend, routes, input_sets, inplace, order, p, reps))
+        result["comparisons"].append(
+            _compare(backend, routes, input_sets, inplace, order, p, reps, seed + i))
     result["copy"] = _copy_reference(backend, input_sets, p, reps)
-    del padding
     return result
 
 
 def run_pass(job: dict, backend: Backend | None = None,
              progress: Callable[[int, int], None] | None = None) -> dict:
     """Measure one pass described by ``job``; returns its raw result."""
-    from qkbench import limits
+    from qkbench import env, limits
 
     p = protocol_of(job)
     backend = backend or backend_for(torch.device(job["device"]))
-    order = schedule.order_of(job["index"])
+    order = tuple(job["order"])
+    wanted = job.get("case_keys")
     started = time.time()
-    cases = p.cases()
+    cases = [(i, c) for i, c in enumerate(p.cases()) if wanted is None or c.key in wanted]
     results = []
-    for i, case in enumerate(cases):
+    for done, (i, case) in enumerate(cases, 1):
         try:
             results.append(run_case(backend, p, case, i, job["index"], order))
         except torch.cuda.OutOfMemoryError as e:
@@ -167,12 +171,19 @@ def run_pass(job: dict, backend: Backend | None = None,
         if backend.device.type == "cuda":
             torch.cuda.empty_cache()
         if progress:
-            progress(i + 1, len(cases))
-    return {"index": job["index"], "order": list(order), "pid": os.getpid(), "status": "ok",
+            progress(done, len(cases))
+    return {**pass_header(job), "pid": os.getpid(), "status": "ok",
+            "code": {**env.code_identity(), "kernels_sha256": env.kernel_hashes()},
             "started": started, "finished": time.time(),
             "limits": limits.measure(backend, p.timing.inner_reps)
             if job.get("measure_limits", True) else None,
             "cases": results}
+
+
+def pass_header(job: dict) -> dict:
+    """What every pass record says of the job it ran: index, order, what it replaces."""
+    return {"index": job["index"], "order": list(job["order"]), "replaces": job.get("replaces"),
+            "case_keys": job.get("case_keys")}
 
 
 def main(argv: list[str]) -> int:

@@ -1,13 +1,17 @@
 """A timing backend whose clock is a model, so the method can be tested against known truths.
 
 ``SyntheticBackend`` never runs a launch: each sample's time is computed from the arm's
-label and its place in the sequence,
+label, the work its launches declare and its place in the sequence,
 
-    base[label] * (1 + first_bias if the arm is sampled first and its label is biased)
+    base[label] * work
+                * (1 + first_bias if the arm is sampled first and its label is biased)
                 * (1 + drift * position / len(sequence))
                 * (1 + null_bias[pass] if the label is A')
+                * (1 + after_sync if the previous sample ended with a host synchronisation)
                 * (1 + noise * N(0, 1)),
 
+where ``work`` is the mean ``work`` attribute of the arm's launches (1 for a plain route,
+1 + 1/N for a route with a planted extra call every N launches).
 with seeded noise, so every run of a test sees the same numbers. The pass index comes
 from the runner's ``pass_started`` event: sweep with ``events=backend.events()``.
 """
@@ -32,18 +36,20 @@ class SyntheticBackend(Backend):
     def __init__(self, *, effect: float = 0.0, first_bias: float = 0.0,
                  first_biased: Sequence[str] = ("A", "B", "A'"), drift: float = 0.0,
                  null_bias: dict[int, float] | None = None, noise: float = 1e-4,
-                 base: float = BASE_SECONDS, seed: int = 0):
+                 after_sync: float = 0.0, base: float = BASE_SECONDS, seed: int = 0):
         """``effect``: B's true time is ``base * (1 + effect)``. ``first_bias``: the arm
         sampled first in a pass is that much slower, if its label is in ``first_biased``.
         ``drift``: the clock slows linearly by that share over a sequence. ``null_bias``:
         pass index -> how much slower A' is than A in that pass (a planted null
-        disagreement). ``noise``: relative standard deviation of each sample."""
+        disagreement). ``after_sync``: how much slower a sample is right after a host
+        synchronisation. ``noise``: relative standard deviation of each sample."""
         self.seconds = {"A": base, "A'": base, "B": base * (1 + effect), **REFERENCE_SECONDS}
         self.first_bias = first_bias
         self.first_biased = frozenset(first_biased)
         self.drift = drift
         self.null_bias = dict(null_bias or {})
         self.noise = noise
+        self.after_sync = after_sync
         self.seed = seed
         self.pass_index: int | None = None
         self.calls = 0
@@ -55,10 +61,11 @@ class SyntheticBackend(Backend):
     def _pass_started(self, index: int, total: int) -> None:
         self.pass_index = index
 
-    def prepare(self, launches, inner_reps: int, label: str) -> str:
-        return label
+    def prepare(self, launches, inner_reps: int, label: str) -> tuple[str, float]:
+        return label, sum(getattr(f, "work", 1.0) for f in launches) / len(launches)
 
-    def run(self, arms: Sequence[str], sequence: Sequence[int], chunk: int) -> Timed:
+    def run(self, arms: Sequence[tuple[str, float]], sequence: Sequence[int],
+            sync_after: Sequence[int]) -> Timed:
         if self.null_bias and self.pass_index is None:
             raise RuntimeError("null_bias needs the pass index: sweep with events=backend.events()")
         rng = np.random.default_rng([self.seed, self.calls])
@@ -66,14 +73,17 @@ class SyntheticBackend(Backend):
         first = sequence[0]
         planted = self.null_bias.get(self.pass_index, 0.0)
         seconds = []
+        synced = {p + 1 for p in sync_after}
         for position, arm in enumerate(sequence):
-            label = arms[arm]
-            t = self.seconds.get(label, BASE_SECONDS)
+            label, work = arms[arm]
+            t = self.seconds.get(label, BASE_SECONDS) * work
             if arm == first and label in self.first_biased:
                 t *= 1 + self.first_bias
             if label == "A'":
                 t *= 1 + planted
             t *= 1 + self.drift * position / len(sequence)
+            if position in synced:
+                t *= 1 + self.after_sync
             seconds.append(t * (1 + self.noise * rng.standard_normal()))
         return Timed(seconds)
 
