@@ -70,7 +70,7 @@ class Effect:
     unstable_orders: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "unstable_orders": list(self.unstable_orders)}
 
 
 def verdict(deltas: Sequence[float], width: float, complete: bool) -> str:
@@ -96,7 +96,7 @@ def effect(nulls: Sequence[float], deltas: Sequence[float], total: int,
     it then gets neither an estimate nor a verdict.
     """
     n = len(deltas)
-    if state is None and n != total:
+    if state is None and 0 < n != total:
         raise ValueError(f"a balanced kept set holds one pass per slot: {n} of {total}")
     if state is not None or n == 0:
         return Effect(n, total, None, None, None, None, None, None, None,

@@ -35,19 +35,29 @@ class SyntheticBackend(Backend):
 
     def __init__(self, *, effect: float = 0.0, first_bias: float = 0.0,
                  first_biased: Sequence[str] = ("A", "B", "A'"), drift: float = 0.0,
-                 null_bias: dict[int, float] | None = None, noise: float = 1e-4,
-                 after_sync: float = 0.0, base: float = BASE_SECONDS, seed: int = 0):
+                 null_bias: dict[int | tuple[int, int], float] | None = None,
+                 order_null_bias: dict[tuple[str, ...], float] | None = None,
+                 noise: float = 1e-4, after_sync: float = 0.0,
+                 card: dict[int, dict] | None = None, base: float = BASE_SECONDS,
+                 seed: int = 0):
         """``effect``: B's true time is ``base * (1 + effect)``. ``first_bias``: the arm
         sampled first in a pass is that much slower, if its label is in ``first_biased``.
         ``drift``: the clock slows linearly by that share over a sequence. ``null_bias``:
         pass index -> how much slower A' is than A in that pass (a planted null
-        disagreement). ``after_sync``: how much slower a sample is right after a host
-        synchronisation. ``noise``: relative standard deviation of each sample."""
+        disagreement), or (pass index, k) -> the same for the k-th comparison timed in
+        that pass alone; ``order_null_bias``: the same for every pass of an arm order.
+        ``card``: pass index -> what the card reports (telemetry) after the first
+        synchronisation of each comparison in that pass, e.g. a lower SM clock or a
+        throttle reason; otherwise a steady 1980 MHz. ``after_sync``: how much slower a
+        sample is right after a host synchronisation. ``noise``: relative standard
+        deviation of each sample."""
         self.seconds = {"A": base, "A'": base, "B": base * (1 + effect), **REFERENCE_SECONDS}
         self.first_bias = first_bias
         self.first_biased = frozenset(first_biased)
         self.drift = drift
         self.null_bias = dict(null_bias or {})
+        self.order_null_bias = dict(order_null_bias or {})
+        self.card = dict(card or {})
         self.noise = noise
         self.after_sync = after_sync
         self.seed = seed
@@ -60,6 +70,7 @@ class SyntheticBackend(Backend):
 
     def _pass_started(self, index: int, total: int) -> None:
         self.pass_index = index
+        self.comparisons = 0
 
     def prepare(self, launches, inner_reps: int, label: str) -> tuple[str, float]:
         return label, sum(getattr(f, "work", 1.0) for f in launches) / len(launches)
@@ -71,7 +82,11 @@ class SyntheticBackend(Backend):
         rng = np.random.default_rng([self.seed, self.calls])
         self.calls += 1
         first = sequence[0]
-        planted = self.null_bias.get(self.pass_index, 0.0)
+        order = tuple(label for label, _ in arms)
+        planted = self.order_null_bias.get(order, 0.0) + self.null_bias.get(self.pass_index, 0.0)
+        if len(arms) == 3:
+            planted += self.null_bias.get((self.pass_index, self.comparisons), 0.0)
+            self.comparisons += 1
         seconds = []
         synced = {p + 1 for p in sync_after}
         for position, arm in enumerate(sequence):
@@ -85,7 +100,14 @@ class SyntheticBackend(Backend):
             if position in synced:
                 t *= 1 + self.after_sync
             seconds.append(t * (1 + self.noise * rng.standard_normal()))
-        return Timed(seconds)
+        return Timed(seconds, self._telemetry(sync_after) if len(arms) == 3 else [])
+
+    def _telemetry(self, sync_after: Sequence[int]) -> list[dict]:
+        steady = {"sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "temperature_c": 40,
+                  "power_w": 300.0, "throttle_mask": 0, "throttle": []}
+        changed = {**steady, **self.card.get(self.pass_index, {})}
+        return [{**(steady if i == 0 else changed), "after_sample": n}
+                for i, n in enumerate([0, *(p + 1 for p in sync_after)])]
 
     def synchronize(self) -> None:
         """Nothing to wait for."""

@@ -6,6 +6,7 @@ clock or a planted disagreement between the two identical arms.
 """
 
 from itertools import permutations
+from statistics import median
 
 import pytest
 import torch
@@ -48,13 +49,13 @@ def measure(tmp_path_factory):
     """Sweep the tiny protocol with a synthetic clock; sweeps of equal settings are shared."""
     done = {}
 
-    def sweep(schedule: str = "interleaved", **clock) -> dict:
-        key = (schedule, repr(sorted(clock.items())))
+    def sweep(schedule: str = "interleaved", timing: str = "", **clock) -> dict:
+        key = (schedule, timing, repr(sorted(clock.items())))
         if key not in done:
             backend = SyntheticBackend(**clock)
             out = tmp_path_factory.mktemp("method") / "run.json"
-            done[key] = runner.sweep(parse(PROTOCOL.format(schedule=schedule)),
-                                     torch.device("cpu"), out, backend=backend,
+            text = PROTOCOL.format(schedule=schedule).replace("[timing]", f"[timing]\n{timing}")
+            done[key] = runner.sweep(parse(text), torch.device("cpu"), out, backend=backend,
                                      events=backend.events())
         return done[key]
 
@@ -70,8 +71,13 @@ def orders(archive: dict) -> dict[int, tuple[str, ...]]:
     return {p["index"]: tuple(p["order"]) for p in archive["passes"]}
 
 
-def kept_passes(cell: dict) -> set[int]:
-    return {r["pass"] for r in cell["passes"] if r["kept"]}
+def used_orders(cell: dict) -> list[tuple[str, ...]]:
+    """The arm orders of the passes in a cell's balanced kept set."""
+    by_pass = {r["pass"]: tuple(r["order"]) for r in cell["passes"]}
+    return [by_pass[s["used"]] for s in cell["slots"] if s["used"] is not None]
+
+
+A_FIRST = ("A B A'", "A A' B", "A' A B", "A' B A")  # orders an identical arm samples first
 
 
 @pytest.mark.parametrize(("effect", "verdict"), [(0.10, "slower"), (-0.10, "faster")],
@@ -82,7 +88,7 @@ def test_true_effect_is_resolved_with_its_sign(measure, effect, verdict):
     for cell in cells:
         e = cell["effect"]
         assert (e["kept"], e["total"], e["verdict"]) == (6, 6, verdict)
-        assert e["median"] == pytest.approx(effect, abs=0.002)
+        assert e["estimate"] == pytest.approx(effect, abs=0.002)
         assert e["width"] < THRESHOLD
 
 
@@ -99,49 +105,111 @@ def test_every_comparison_times_a_baseline_a_candidate_and_the_baseline_again(me
             assert [a["label"] for a in comp["arms"]] == p["order"]
             assert (arms["A"]["route"], arms["B"]["route"], arms["A'"]["route"]) == (
                 "split", "fused", "split")
-            assert all(len(a["samples"]) == 30 and len(a["warmup"]) == 2 for a in comp["arms"])
+            assert all(len(a["samples"]) == 30 for a in comp["arms"])
 
 
-def test_first_position_bias_drops_the_passes_where_an_identical_arm_ran_first(measure):
-    archive = measure(first_bias=0.05)
-    candidate_first = {i for i, order in orders(archive).items() if order[0] == "B"}
-    assert len(candidate_first) == 2
-    for cell in comparison(archive)["cases"]:
-        assert kept_passes(cell) == candidate_first
-        for r in cell["passes"]:
-            if r["pass"] not in candidate_first:
-                assert abs(r["null"]) == pytest.approx(0.05, rel=0.1)
-    assert comparison(archive)["drops"] == {"dropped": 4 * CASES, "total": 6 * CASES}
+# -- identical code is never called faster or slower ----------------------------------------
+
+
+@pytest.mark.parametrize("bias", [0.05, -0.02], ids=["first-slot-plus-5pct",
+                                                     "first-slot-minus-2pct"])
+def test_identical_routes_under_a_first_slot_bias_get_no_verdict(measure, bias):
+    # Today's drop rule alone kept exactly the passes where B held the biased slot and
+    # called identical code "slower +5.00 %". The orders where an identical arm runs first
+    # are replaced, fail again, and the cell is unstable, naming them.
+    for cell in comparison(measure(first_bias=bias))["cases"]:
+        e = cell["effect"]
+        assert e["verdict"] == "unstable"
+        assert sorted(e["unstable_orders"]) == sorted(A_FIRST)
+        assert e["estimate"] is None
+
+
+@pytest.mark.parametrize("bias", [0.05, -0.02], ids=["first-slot-plus-5pct",
+                                                     "first-slot-minus-2pct"])
+def test_identical_routes_with_every_order_kept_are_unresolved_and_balanced(measure, bias):
+    # A threshold loose enough to keep the biased nulls: the kept set holds each order
+    # once, the slot effect cancels in the estimate and shows in the slot effect instead.
+    comp = comparison(measure(first_bias=bias, timing="drop_threshold = 0.1"))
+    for cell in comp["cases"]:
+        assert cell["effect"]["verdict"] == "unresolved"
+        assert cell["effect"]["estimate"] == pytest.approx(0.0, abs=0.001)
+        assert sorted(used_orders(cell)) == sorted(permutations(ARMS))
+    assert comp["slot_effect"]["estimate"] == pytest.approx(bias, rel=0.05)
+
+
+def test_true_effect_under_a_first_slot_bias_is_estimated_without_the_bias(measure):
+    # Every label 3 % slower when sampled first; B truly 10 % slower. The median of the six
+    # deltas would move by about 1.6 points; the mean log ratio cancels the bias exactly.
+    for cell in comparison(measure(effect=0.10, first_bias=0.03,
+                                   timing="drop_threshold = 0.05"))["cases"]:
+        e = cell["effect"]
+        assert e["verdict"] == "slower"
+        assert e["estimate"] == pytest.approx(0.10, abs=0.005)
+        assert sorted(used_orders(cell)) == sorted(permutations(ARMS))
+
+
+def test_true_effect_under_a_bias_the_drop_rule_rejects_is_unstable_never_a_verdict(measure):
+    for cell in comparison(measure(effect=0.10, first_bias=0.03))["cases"]:
+        assert cell["effect"]["verdict"] == "unstable"
+        assert sorted(cell["effect"]["unstable_orders"]) == sorted(A_FIRST)
 
 
 def test_baseline_slowed_by_running_first_is_not_reported_as_a_candidate_win(measure):
     # The baseline route is 5 % slower whenever it is sampled first; the candidate is
     # truly as fast. An A-then-B benchmark would credit the candidate with a ~5 % win.
-    # Noise-free, so that only the bias could move the verdict (with noise, two kept
-    # passes give a width as small as the noise itself, and a verdict either way).
     archive = measure(first_bias=0.05, first_biased=("A", "A'"), noise=0.0)
     a_first = next(p for p in archive["passes"] if p["order"][0] == "A")
     arms = {a["label"]: a["samples"] for a in a_first["cases"][0]["comparisons"][0]["arms"]}
     naive = torch.tensor(arms["B"]).median() / torch.tensor(arms["A"]).median() - 1
     assert naive < -0.04
     for cell in comparison(archive)["cases"]:
-        assert cell["effect"]["verdict"] == "unresolved"
-        assert cell["effect"]["median"] == pytest.approx(0.0, abs=1e-12)
-        assert kept_passes(cell) == {i for i, o in orders(archive).items() if o[0] == "B"}
+        assert cell["effect"]["verdict"] in ("unresolved", "unstable")
 
 
-def test_planted_null_disagreement_drops_exactly_those_passes(measure):
-    # Passes 1 and 4 disagree past the 1 % threshold; pass 2's 0.5 % stays within it.
-    archive = measure(null_bias={1: 0.05, 4: -0.03, 2: 0.005})
-    comp = comparison(archive)
-    for cell in comp["cases"]:
-        assert kept_passes(cell) == {0, 2, 3, 5}
-        assert (cell["effect"]["kept"], cell["effect"]["total"]) == (4, 6)
-    assert comp["drops"] == {"dropped": 2 * CASES, "total": 6 * CASES}
+# -- balanced replacement ----------------------------------------------------------------
 
 
-def test_instrument_width_is_the_worst_kept_null(measure):
-    comp = comparison(measure(null_bias={1: 0.05, 4: -0.03, 2: 0.005}))
+def test_a_dropped_pass_is_replaced_with_its_own_order_and_the_replacement_kept(measure):
+    archive = measure(null_bias={1: 0.05})
+    (replacement,) = [p for p in archive["passes"] if p["replaces"] is not None]
+    assert (replacement["replaces"], replacement["order"]) == (1, archive["passes"][1]["order"])
+    assert replacement["index"] == 6
+    for cell in comparison(archive)["cases"]:
+        assert [s["used"] for s in cell["slots"]] == [0, 6, 2, 3, 4, 5]
+        assert cell["effect"]["kept"] == 6
+        assert sorted(used_orders(cell)) == sorted(permutations(ARMS))
+    assert comparison(archive)["drops"] == {"dropped": CASES, "total": 7 * CASES,
+                                            "replacements": CASES, "unstable": 0}
+
+
+def test_a_replacement_pass_measures_only_the_cases_that_need_it(measure):
+    archive = measure(null_bias={(2, 1): 0.05})  # pass 2's second case (T=3) alone
+    (replacement,) = [p for p in archive["passes"] if p["replaces"] is not None]
+    assert (replacement["replaces"], replacement["case_keys"]) == (2, ["tiny/T3"])
+    assert [c["key"] for c in replacement["cases"]] == ["tiny/T3"]
+    t1, t3 = comparison(archive)["cases"]
+    assert (t1["slots"][2]["used"], t3["slots"][2]["used"]) == (2, 6)
+
+
+def test_an_order_that_always_disagrees_is_unstable_and_named(measure):
+    archive = measure(order_null_bias={("B", "A", "A'"): 0.03})
+    for cell in comparison(archive)["cases"]:
+        assert cell["effect"]["verdict"] == "unstable"
+        assert cell["effect"]["unstable_orders"] == ["B A A'"]
+        (slot,) = [s for s in cell["slots"] if s["status"] == "unstable"]
+        assert slot["attempts"] == 3  # the primary pass and the two retries
+    assert {p["replaces"] for p in archive["passes"] if p["replaces"] is not None} == {2}
+
+
+def test_retries_bound_the_replacement_passes(measure):
+    archive = measure(order_null_bias={("B", "A", "A'"): 0.03}, timing="retries = 0")
+    assert all(p["replaces"] is None for p in archive["passes"])
+    for cell in comparison(archive)["cases"]:
+        assert cell["effect"]["unstable_orders"] == ["B A A'"]
+
+
+def test_instrument_width_is_the_worst_null_of_the_balanced_kept_set(measure):
+    comp = comparison(measure(null_bias={1: 0.05, 2: 0.005}))
     for cell in comp["cases"]:
         assert cell["effect"]["width"] == pytest.approx(0.005, abs=0.0005)
     assert comp["width"]["worst"] == pytest.approx(0.005, abs=0.0005)
@@ -151,8 +219,22 @@ def test_delta_inside_the_instrument_width_is_unresolved(measure):
     # A true 0.3 % slowdown, measured by an instrument 0.5 % wide.
     comp = comparison(measure(effect=0.003, null_bias={2: 0.005}))
     for cell in comp["cases"]:
-        assert cell["effect"]["median"] == pytest.approx(0.003, abs=0.001)
+        assert cell["effect"]["estimate"] == pytest.approx(0.003, abs=0.001)
         assert cell["effect"]["verdict"] == "unresolved"
+
+
+def test_a_candidate_spread_wider_than_the_width_is_unresolved(measure):
+    # The median delta lies beyond the width, but one order's delta does not: the
+    # verdict covers the candidate's spread, not only the baseline's agreement.
+    comp = comparison(measure(effect=0.01, first_bias=-0.012, first_biased=("B",),
+                              null_bias={0: 0.004}))
+    for cell in comp["cases"]:
+        deltas = [r["delta"] for r in cell["passes"]]
+        assert min(deltas) < cell["effect"]["width"] < median(deltas)
+        assert cell["effect"]["verdict"] == "unresolved"
+
+
+# -- schedule and synchronisation --------------------------------------------------------
 
 
 def test_interleaved_schedule_keeps_a_drifting_clock_out_of_the_null_arm(measure):
@@ -164,16 +246,53 @@ def test_interleaved_schedule_keeps_a_drifting_clock_out_of_the_null_arm(measure
 
 def test_blocked_schedule_shows_a_drifting_clock_in_the_null_arm(measure):
     comp = comparison(measure("blocked", drift=0.2))
-    nulls = [abs(r["null"]) for cell in comp["cases"] for r in cell["passes"]]
-    assert min(nulls) > 0.05
-    assert comp["drops"] == {"dropped": 6 * CASES, "total": 6 * CASES}
+    first = [r for cell in comp["cases"] for r in cell["passes"] if r["pass"] < 6]
+    assert min(abs(r["null"]) for r in first) > 0.05
+    assert all(cell["effect"]["verdict"] == "unstable" for cell in comp["cases"])
+
+
+def test_no_arm_systematically_follows_a_synchronisation(measure):
+    # Every sample right after a host sync is 30 % slow, and a sync comes every 3 rounds
+    # (a multiple of the arm count, which used to hit the same arm every time): the round
+    # after each sync is discarded, so the identical arms agree and nothing is resolved.
+    comp = comparison(measure(after_sync=0.3, timing="chunk = 3"))
+    assert comp["drops"]["dropped"] == 0
+    for cell in comp["cases"]:
+        assert cell["effect"]["verdict"] == "unresolved"
+        assert abs(cell["effect"]["estimate"]) < 0.001
+
+
+# -- telemetry -----------------------------------------------------------------------------
+
+
+def test_a_moved_clock_is_flagged_and_kept_by_default(measure):
+    comp = comparison(measure(card={3: {"sm_clock_mhz": 1500}}))
+    for cell in comp["cases"]:
+        (flagged,) = [r for r in cell["passes"] if r["flags"]]
+        assert flagged["pass"] == 3 and flagged["kept"]
+        assert "SM clock moved 1500-1980 MHz" in flagged["flags"][0]
+    assert comp["flagged_rows"] == CASES
+
+
+def test_drop_throttled_turns_a_throttle_flag_into_a_replaced_drop(measure):
+    archive = measure(card={3: {"throttle": ["sw_power_cap"], "throttle_mask": 4}},
+                      timing="drop_throttled = true")
+    for cell in comparison(archive)["cases"]:
+        dropped = [r for r in cell["passes"] if not r["kept"]]
+        assert [(r["pass"], r["drop_reason"]) for r in dropped] == [(3, "throttled")]
+        assert cell["slots"][3]["used"] == 6
+        assert cell["effect"]["verdict"] == "unresolved"
+
+
+def test_an_idle_throttle_reason_is_not_a_flag(measure):
+    comp = comparison(measure(card={3: {"throttle": ["gpu_idle"], "throttle_mask": 1}}))
+    assert comp["flagged_rows"] == 0
 
 
 def _case_results(cache: str, l2_bytes: int | None, tmp_path) -> list[dict]:
-    """Two passes of the tiny protocol under ``cache``, on a synthetic device with this L2."""
+    """The tiny protocol's passes under ``cache``, on a synthetic device with this L2."""
     text = PROTOCOL.format(schedule="interleaved").replace(
-        "inner_reps = 1", f'inner_reps = 1\ncache = "{cache}"\npasses = 2').replace(
-        "passes = 6\n", "")
+        "inner_reps = 1", f'inner_reps = 1\ncache = "{cache}"')
     backend = SyntheticBackend()
     backend.l2_bytes = l2_bytes
     run = runner.sweep(parse(text), torch.device("cpu"), tmp_path / "run.json",
@@ -193,3 +312,41 @@ def test_cold_cache_rotates_enough_input_sets_to_sweep_twice_the_l2(tmp_path):
 def test_hot_cache_reuses_one_input_set(tmp_path):
     for c in _case_results("hot", 1000, tmp_path):
         assert (c["input_sets"], c["launches_per_replay"]) == (1, 1)
+
+
+# -- placement -------------------------------------------------------------------------------
+
+
+def _placements(archive: dict) -> list[tuple[tuple[str, ...], dict]]:
+    """(sampling order, placement record) of every comparison timed in a run."""
+    return [(tuple(p["order"]), comp["placement"]) for p in archive["passes"]
+            for case in p["cases"] for comp in case["comparisons"]]
+
+
+def test_allocation_order_is_seeded_and_independent_of_the_sampling_order(measure):
+    placements = _placements(measure(effect=0.10))
+    assert all(sorted(pl["allocation_order"]) == sorted(ARMS) for _, pl in placements)
+    assert any(list(order) != pl["allocation_order"] for order, pl in placements)
+    assert len({tuple(pl["allocation_order"]) for _, pl in placements}) > 1
+
+
+def test_padding_is_allocated_before_every_arm(measure):
+    for _, pl in _placements(measure(effect=0.10)):
+        assert set(pl["padding_bytes"]) == set(ARMS)
+        assert all(n > 0 for n in pl["padding_bytes"].values())
+    assert len({pl["padding_bytes"]["A"] for _, pl in _placements(measure(effect=0.10))}) > 1
+
+
+OUT_OF_PLACE = PROTOCOL.format(schedule="interleaved").replace(
+    "head_dim = 64", "head_dim = 64\ninplace = false")
+
+
+def test_each_out_of_place_buffer_records_its_offset_and_moves_between_passes(tmp_path):
+    backend = SyntheticBackend()
+    run = runner.sweep(parse(OUT_OF_PLACE), torch.device("cpu"), tmp_path / "run.json",
+                       backend=backend, events=backend.events())
+    offsets = [pl["offsets_mod_2mib"] for _, pl in _placements(run)]
+    # q_out and k_out of one input set, per arm.
+    assert all(len(o[label]) == 2 for o in offsets for label in ARMS)
+    assert all(0 <= x < 2 << 20 for o in offsets for xs in o.values() for x in xs)
+    assert len({o["A"][0] for o in offsets}) > 1

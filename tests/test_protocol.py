@@ -13,7 +13,7 @@ routes = ["split", "fused"]
 tokens = [1, 4]
 
 [timing]
-passes = 3
+passes = 12
 
 [[geometry]]
 name = "g"
@@ -35,12 +35,12 @@ def test_protocol_loads_from_a_file(tmp_path):
     path = tmp_path / "tiny.toml"
     path.write_text(VALID)
     p = load(str(path))
-    assert (p.path, p.text, p.timing.passes) == (str(path), VALID, 3)
+    assert (p.path, p.text, p.timing.passes) == (str(path), VALID, 12)
 
 
 def test_defaults_fill_what_a_protocol_leaves_out():
     p = parse(VALID)
-    assert p.timing == Timing(passes=3)
+    assert p.timing == Timing(passes=12)
     assert (p.dtype, p.baseline, p.candidates) == ("bfloat16", "split", ("fused",))
 
 
@@ -58,15 +58,15 @@ def test_a_number_key_accepts_an_integer():
 BAD = [
     ("unknown-top-key", ("tokens = [1, 4]", "tokens = [1, 4]\ntoken = 3"),
      ["unknown key 'token'", "expected one of", "tokens"]),
-    ("unknown-timing-key", ("passes = 3", "passes = 3\nsampels = 5"),
+    ("unknown-timing-key", ("passes = 12", "passes = 12\nsampels = 5"),
      ["unknown key 'timing.sampels'", "samples"]),
     ("unknown-geometry-key", ("head_dim = 64", "head_dim = 64\nheads_v = 1"),
      ["unknown key 'geometry[0].heads_v'", "heads_k"]),
     ("top-wrong-type", ("tokens = [1, 4]", 'tokens = "4"'),
      ["'tokens' must be an array", "got str '4'"]),
-    ("timing-wrong-type", ("passes = 3", 'passes = "3"'),
+    ("timing-wrong-type", ("passes = 12", 'passes = "3"'),
      ["'timing.passes' must be an integer", "got str '3'"]),
-    ("boolean-is-not-an-integer", ("passes = 3", "passes = true"),
+    ("boolean-is-not-an-integer", ("passes = 12", "passes = true"),
      ["'timing.passes' must be an integer", "got bool True"]),
     ("float-is-not-an-integer", ("head_dim = 64", "head_dim = 64.0"),
      ["'geometry[0].head_dim' must be an integer", "got float 64.0"]),
@@ -78,11 +78,11 @@ BAD = [
      ["missing required key 'geometry[0].head_dim'", "an integer"]),
     ("token-list-of-strings", ("tokens = [1, 4]", 'tokens = ["1"]'),
      ["'tokens' must be a non-empty array of integers >= 1"]),
-    ("unknown-schedule", ("passes = 3", 'passes = 3\nschedule = "zigzag"'),
+    ("unknown-schedule", ("passes = 12", 'passes = 12\nschedule = "zigzag"'),
      ["'timing.schedule' must be one of ['interleaved', 'blocked']", "'zigzag'"]),
     ("no-candidate", ('routes = ["split", "fused"]', 'routes = ["split"]'),
      ["'routes' needs a baseline and at least one candidate"]),
-    ("not-toml", ("passes = 3", "passes = "), ["not valid TOML"]),
+    ("not-toml", ("passes = 12", "passes = "), ["not valid TOML"]),
     ("unknown-style", ("head_dim = 64", 'head_dim = 64\nstyle = "llama"'),
      ["geometry[0] ('g'): style must be one of ('neox', 'gptj'), got 'llama'"]),
     ("unknown-weight-mode", ("head_dim = 64", 'head_dim = 64\nweight_mode = "gemma"'),
@@ -117,26 +117,32 @@ def test_bad_protocol_error_names_file_key_and_expected_type(tmp_path, edit, nam
 
 
 def test_overrides_apply_to_timing_and_routes():
-    p = parse(VALID).with_overrides(routes=["split", "eager"], passes=2, samples=None,
+    p = parse(VALID).with_overrides(routes=["split", "eager"], passes=6, samples=None,
                                     schedule="blocked")
-    assert (p.timing.passes, p.timing.samples, p.timing.schedule) == (2, 200, "blocked")
+    assert (p.timing.passes, p.timing.samples, p.timing.schedule) == (6, 200, "blocked")
     assert p.routes == ("split", "eager")
 
 
 def test_overrides_leave_the_original_protocol_unchanged():
     p = parse(VALID)
-    p.with_overrides(passes=2)
-    assert p.timing.passes == 3
+    p.with_overrides(passes=6)
+    assert p.timing.passes == 12
 
 
 @pytest.mark.parametrize(("override", "message"), [
     ({"schedule": "zigzag"}, "'timing.schedule' must be one of"),
     ({"isolation": "thread"}, "'timing.isolation' must be one of"),
     ({"passes": 0}, "'timing.passes' must be >= 1"),
+    ({"passes": 8}, "'timing.passes' must be a multiple of 6 \\(every arm order equally "
+                    "often\\), got 8"),
+    ({"chunk": 1}, "'timing.chunk' must be >= 2"),
+    ({"retries": -1}, "'timing.retries' must be >= 0"),
+    ({"clock_threshold": 0.0}, "'timing.clock_threshold' must be in \\(0, 1\\)"),
     ({"drop_threshold": 1.5}, "'timing.drop_threshold' must be in \\(0, 1\\)"),
     ({"routes": ["split"]}, "'routes' needs a baseline"),
     ({"speed": 2}, "unknown timing override"),
-], ids=["schedule", "isolation", "passes", "threshold", "routes", "unknown"])
+], ids=["schedule", "isolation", "passes", "passes-not-a-multiple-of-six", "chunk-of-one",
+        "negative-retries", "clock-threshold", "threshold", "routes", "unknown"])
 def test_overrides_are_validated(override, message):
     with pytest.raises(ProtocolError, match=message):
         parse(VALID).with_overrides(**override)
