@@ -15,6 +15,8 @@ Schema history:
     checks them by their own rules (``legacy.py``), reports re-summarise them.
 """
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -58,19 +60,40 @@ def new(protocol, settings: dict, environment: dict, command: list[str]) -> dict
 
 
 def write(path: Path, archive: dict) -> None:
-    """Write atomically: a reader sees the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically: a reader sees the old file or the new one, never a part.
+
+    Any failure (a parent that is a file, a read-only or virtual file system, a full disk)
+    is an ``ArchiveError`` naming the file; on any failure or interruption the temporary
+    file is removed, so nothing half-written is left, and the archive keeps what it held.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(archive, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        blocking = next((p for p in path.parents if p.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise ArchiveError(f"{path}: cannot write the archive: {blocking} is a file, "
+                               "not a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(archive, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if not isinstance(e, OSError):
+            raise
+        reason = e.strerror or str(e)
+        if e.errno == errno.ENOENT and os.path.isdir(path.parent):  # /proc takes no new files
+            reason = f"{path.parent} does not take new files ({reason})"
+        where = f" ({e.filename})" if e.filename and str(e.filename) not in (
+            str(path), str(tmp)) else ""
+        raise ArchiveError(f"{path}: cannot write the archive: {reason}{where}") from None
 
 
 def create(path: Path, archive: dict) -> None:
     """Write a new archive; refuses to replace an existing file."""
-    if path.exists():
+    if os.path.exists(path):  # False, not an error, where it cannot be looked at
         raise ArchiveError(f"{path} exists: archives are never overwritten "
                            "(choose another --out, or --resume it)")
     write(path, archive)
@@ -99,7 +122,24 @@ def read(path: Path) -> dict:
 # the first pass finishes).
 _SHAPE = {"status": (str,), "command": (list,), "protocol": (dict,), "settings": (dict,),
           "environment": (dict,), "passes": (list,), "summary": (dict, type(None))}
-_PROTOCOL = {"text": str, "sha256": str, "resolved": dict}
+_NUMBER = (int, float)
+_TEXT = (str, type(None))
+# The header keys that report, audit and resume read, by their dotted path.
+_HEADER = {
+    "protocol.text": (str,), "protocol.sha256": (str,), "protocol.resolved": (dict,),
+    "protocol.resolved.name": (str,), "protocol.resolved.routes": (list,),
+    "protocol.resolved.timing": (dict,), "protocol.resolved.timing.drop_threshold": _NUMBER,
+    "protocol.resolved.bands": (list,), "protocol.resolved.dispatch_margin": _NUMBER,
+    "settings.device": (str,), "settings.schedule": (str,), "settings.isolation": (str,),
+    "environment.device": (str,), "environment.torch": (str,), "environment.triton": _TEXT,
+    "environment.code": (dict,), "environment.code.commit": _TEXT,
+}
+
+
+def _names(types: tuple) -> str:
+    json_names = {"str": "a string", "dict": "an object", "list": "an array", "int": "a number",
+                  "float": "a number", "NoneType": "null"}
+    return " or ".join(dict.fromkeys(json_names[t.__name__] for t in types))
 
 
 def _check_shape(path: Path, data: dict) -> None:
@@ -107,10 +147,16 @@ def _check_shape(path: Path, data: dict) -> None:
         if not isinstance(data.get(key, ...), types):
             raise ArchiveError(f"{path}: malformed archive: '{key}' is missing or not "
                                f"{' or '.join(t.__name__ for t in types)}")
-    for key, kind in _PROTOCOL.items():
-        if not isinstance(data["protocol"].get(key), kind):
-            raise ArchiveError(f"{path}: malformed archive: 'protocol.{key}' is missing or "
-                               f"not {kind.__name__}")
+    for dotted, types in _HEADER.items():
+        *parents, key = dotted.split(".")
+        table = data
+        for parent in parents:
+            table = table[parent]
+        if key not in table:
+            raise ArchiveError(f"{path}: malformed archive: '{dotted}' is missing")
+        if not isinstance(table[key], types) or isinstance(table[key], bool):
+            raise ArchiveError(f"{path}: malformed archive: '{dotted}' must be "
+                               f"{_names(types)}, got {type(table[key]).__name__}")
     if not all(isinstance(p, dict) and isinstance(p.get("status"), str)
                for p in data["passes"]):
         raise ArchiveError(f"{path}: malformed archive: every entry of 'passes' must be an "

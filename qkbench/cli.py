@@ -22,7 +22,8 @@ err = Console(stderr=True)
 
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present, else CPU), cuda, cpu")]
 ProtocolOpt = Annotated[str | None, typer.Option(
-    help="a protocol file, or a shipped name (default: text-decode on CUDA, smoke on CPU)")]
+    help="a protocol file (a path: has a '/' or ends in .toml), or a shipped protocol's bare "
+         "name (default: text-decode on CUDA, smoke on CPU)")]
 
 
 def _device(spec: str):
@@ -99,9 +100,17 @@ def sweep(
         out.print(report.as_rich(run))
         err.print(f"archive: {path}")
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
+        problems = []
         if failed:
-            raise QkbenchError(f"{len(failed)} of {proto.timing.passes} passes failed "
-                               f"(passes {failed}; their output is in the archive)")
+            problems.append(f"{len(failed)} of {proto.timing.passes} passes failed "
+                            f"(passes {failed}; their output is in the archive)")
+        invalid = report.invalid(run)
+        if invalid:
+            more = len(invalid) - 1
+            problems.append(invalid[0] + (f"; and {more} more invalid (route, case) "
+                                          f"pair{'s' * (more > 1)}, listed above" if more else ""))
+        if problems:
+            raise QkbenchError("; ".join(problems))
     except QkbenchError as e:
         _fail(e)
     except KeyboardInterrupt:

@@ -6,6 +6,8 @@ measurement policy; every archive carries the resolved values.
 """
 
 import hashlib
+import math
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -210,6 +212,58 @@ def _check_geometry(g: Geometry) -> None:
         check_mrope_section(g.mrope_section, rotary)
 
 
+# The largest tensor a case may ask for, in elements (the kernels index with int64
+# offsets, but a tensor this large is a typo, not a benchmark), and the most bytes one
+# input set's q and k (the whole qkv buffer when packed) may take: verification holds an
+# FP64 oracle of both (4x their bf16 bytes) and one output per route, the timed arms hold
+# their own outputs out of place, so 8 GiB of inputs is already ~60 GiB at peak. Cold-cache
+# copies are bounded apart from this (twice the L2, at most 16384 sets).
+MAX_TENSOR_ELEMENTS = 2**31 - 1
+MAX_INPUT_BYTES = 8 * 2**30
+
+
+def _check_size(p: Protocol, src: str) -> None:
+    """Refuse token counts whose tensors are too large to index sanely or to hold."""
+    itemsize = DTYPES[p.dtype].itemsize
+    for g in p.geometries:
+        for tokens in p.tokens:
+            shapes = ({"the packed qkv buffer": g.heads_q + 2 * g.heads_k} if g.packed else
+                      {"q": g.heads_q, "k": g.heads_k})
+            elements = {name: tokens * heads * g.head_dim for name, heads in shapes.items()}
+            for name, n in elements.items():
+                if n > MAX_TENSOR_ELEMENTS:
+                    raise ProtocolError(
+                        f"{src}: 'tokens' {tokens} on geometry {g.name!r}: {name} would have "
+                        f"{n:,} elements, more than 2^31 - 1 per tensor")
+            nbytes = sum(elements.values()) * itemsize
+            if nbytes > MAX_INPUT_BYTES:
+                raise ProtocolError(
+                    f"{src}: 'tokens' {tokens} on geometry {g.name!r}: q and k would take "
+                    f"{nbytes / 2**30:.1f} GiB of {p.dtype}, more than the "
+                    f"{MAX_INPUT_BYTES // 2**30} GiB one case's inputs may take")
+
+
+def _check_values(p: Protocol, src: str) -> None:
+    """Values that would fail (or quietly mislead) only once a run has started."""
+    if p.max_position < 1:
+        raise ProtocolError(f"{src}: 'max_position' must be >= 1, got {p.max_position}")
+    if not (math.isfinite(p.eps) and p.eps > 0):
+        raise ProtocolError(f"{src}: 'eps' must be finite and > 0, got {p.eps}")
+    if not (math.isfinite(p.dispatch_margin) and p.dispatch_margin >= 0):
+        raise ProtocolError(f"{src}: 'dispatch_margin' must be finite and >= 0, "
+                            f"got {p.dispatch_margin}")
+    if p.timing.seed < 0:
+        raise ProtocolError(f"{src}: 'timing.seed' must be >= 0, got {p.timing.seed}")
+    repeated = sorted({t for t in p.tokens if p.tokens.count(t) > 1})
+    if repeated:
+        raise ProtocolError(f"{src}: 'tokens' repeat {repeated} (each token count is one "
+                            f"cell): {list(p.tokens)}")
+    for i, b in enumerate(p.bands):
+        if b.tokens_min is not None and b.tokens_max is not None and b.tokens_min > b.tokens_max:
+            raise ProtocolError(f"{src}: band[{i}] ({b.name!r}): 'tokens_min' ({b.tokens_min}) "
+                                f"is above 'tokens_max' ({b.tokens_max}), so it holds no cell")
+
+
 def _check_semantics(p: Protocol, src: str) -> None:
     t = p.timing
     for name in ("passes", "samples", "inner_reps"):
@@ -253,6 +307,8 @@ def _check_semantics(p: Protocol, src: str) -> None:
         for g in b.geometries or ():
             if g not in names:
                 raise ProtocolError(f"{src}: band '{b.name}' names unknown geometry {g!r}")
+    _check_values(p, src)
+    _check_size(p, src)
 
 
 def parse(text: str, src: str = "<protocol>") -> Protocol:
@@ -307,13 +363,46 @@ def shipped() -> dict[str, str]:
             for p in folder.iterdir() if p.name.endswith(".toml")}
 
 
-def load(spec: str) -> Protocol:
-    """Load a protocol from a path, or by name from the shipped ones (``smoke``)."""
+def is_path(spec: str) -> bool:
+    """Whether ``spec`` names a file: it has a path separator or ends in ``.toml``.
+
+    Anything else is a bare name (``smoke``), which only ever means a shipped protocol.
+    """
+    separators = {"/", os.sep, os.altsep} - {None}
+    return any(s in spec for s in separators) or spec.endswith(".toml")
+
+
+def read_text(spec: str) -> str:
+    """A protocol file's text; an unreadable or non-UTF-8 file is a ``ProtocolError``."""
     path = Path(spec)
-    if path.is_file():
-        return parse(path.read_text(), str(path))
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ProtocolError(f"no protocol file {spec!r} (a path; a shipped protocol is "
+                            f"named bare: {', '.join(sorted(shipped()))})") from None
+    except IsADirectoryError:
+        raise ProtocolError(f"{path}: is a directory, not a protocol file") from None
+    except OSError as e:
+        raise ProtocolError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"{path}: not a text protocol file (byte {e.start} is not "
+                            "UTF-8)") from None
+
+
+def load(spec: str) -> Protocol:
+    """Load a protocol from a path, or by bare name from the shipped ones (``smoke``).
+
+    A spec with a path separator or the ``.toml`` suffix is a path and must exist; a bare
+    name is looked up among the shipped protocols only (a file of that name in the current
+    directory is reached as ``./NAME``).
+    """
+    if is_path(spec):
+        return parse(read_text(spec), str(Path(spec)))
     available = shipped()
-    name = path.name.removesuffix(".toml")
-    if name in available and not path.parent.parts[1:]:
-        return parse(available[name], f"protocols/{name}.toml")
-    raise ProtocolError(f"no protocol file {spec!r} (shipped: {', '.join(sorted(available))})")
+    if spec in available:
+        return parse(available[spec], f"protocols/{spec}.toml")
+    hint = f"; the file is ./{spec}" if Path(spec).is_file() else ""
+    raise ProtocolError(f"no protocol file {spec!r}: a bare name picks a shipped protocol "
+                        f"({', '.join(sorted(available))}){hint}")

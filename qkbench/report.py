@@ -140,20 +140,61 @@ def comparison_lines(archive: dict) -> list[str]:
     return lines
 
 
+def _oracle_reasons(check: dict) -> list[str]:
+    bound = check.get("bound")
+    reasons = []
+    for tensor, e in check.get("oracle", {}).items():
+        if e.get("nan"):
+            reasons.append(f"its {tensor} output holds NaN")
+        elif bound is None:  # an archive from before the bound was recorded
+            reasons.append(f"its {tensor} output is up to {e['worst']:.1e} of a row's scale "
+                           "off the FP64 oracle")
+        elif e["worst"] > bound["worst"]:
+            reasons.append(f"its {tensor} output is up to {e['worst']:.1e} of a row's scale "
+                           f"off the FP64 oracle (bound {bound['worst']:.1e})")
+        elif e["relative"] > bound["relative"]:
+            reasons.append(f"its {tensor} output is {e['relative']:.1e} off the FP64 oracle "
+                           f"norm-wise (bound {bound['relative']:.1e})")
+    return reasons
+
+
+def route_problem(name: str, key: str, check: dict) -> str:
+    """One sentence on why ``name`` failed verification on case ``key``."""
+    if "error" in check:
+        return f"route {name} raised on {key}: {check['error']}"
+    reasons = []
+    if check.get("differing_share"):
+        reasons.append(f"{check['differing_share'] * 100:.3g} % of elements differ from "
+                       f"{check.get('exact_with', 'its exact group')}")
+    reasons += _oracle_reasons(check)
+    return f"route {name} is wrong on {key}: {'; '.join(reasons) or 'it failed verification'}"
+
+
+def invalid(archive: dict) -> list[str]:
+    """One sentence per (route, case) that was not measured, with the passes it was in."""
+    measured = [p for p in archive["passes"] if "cases" in p]
+    found: dict[tuple[str, str], tuple[str, list[int]]] = {}
+    for p in measured:
+        for c in p["cases"]:
+            if "error" in c:
+                problems = {("", c["key"]): f"case {c['key']} was not measured: {c['error']}"}
+            else:
+                problems = {(name, c["key"]): route_problem(name, c["key"], check)
+                            for name, check in c.get("verification", {}).items()
+                            if not check.get("ok")}
+            for where, sentence in problems.items():
+                found.setdefault(where, (sentence, []))[1].append(p["index"])
+    return [f"{sentence} (in {len(passes)} of {len(measured)} passes)"
+            for sentence, passes in found.values()]
+
+
 def failures(archive: dict) -> list[str]:
     lines = []
     for p in archive["passes"]:
         if p["status"] != "ok":
             said = [*p.get("stderr_head", []), *p.get("stderr_tail", [])] or ["no output"]
             lines.append(f"pass {p['index']} failed (exit {p.get('returncode')}): {said[-1]}")
-        for c in p.get("cases", []):
-            if "error" in c:
-                lines.append(f"pass {p['index']} {c['key']}: {c['error']}")
-            for name, check in c.get("verification", {}).items():
-                if not check["ok"]:
-                    lines.append(f"pass {p['index']} {c['key']}: route {name} is wrong: "
-                                 f"{check}")
-    return lines
+    return lines + invalid(archive)
 
 
 def as_rich(archive: dict) -> Group:

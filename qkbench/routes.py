@@ -5,6 +5,7 @@ preallocates its outputs, once per input set, so that the harness times only lau
 """
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -122,6 +123,15 @@ def planted(name: str, every: int) -> str:
     return f"{name}{PLANTED}{every}"
 
 
+def _origin(module: str) -> str:
+    """The file a module is loaded from, for an error message (else its name)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (Exception, SystemExit):
+        spec = None
+    return spec.origin if spec is not None and spec.origin else module
+
+
 def resolve(name: str) -> Route:
     """A built-in route by name, a user route given as ``module:callable``, or either as
     ``NAME~twin`` (the same route under a second name) or ``NAME+1/N`` (the route with
@@ -141,8 +151,15 @@ def resolve(name: str) -> Route:
         raise RouteError(f"unknown route {name!r}: use one of {', '.join(BUILTIN)} or "
                          "'module:callable'")
     try:
-        op = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
+        loaded = importlib.import_module(module)
+    except ImportError as e:
+        raise RouteError(f"route {name!r} cannot be loaded: {e}") from None
+    except (Exception, SystemExit) as e:  # the user's module failed while importing
+        raise RouteError(f"route {name!r} cannot be loaded: importing {_origin(module)} "
+                         f"raised {type(e).__name__}: {e}") from None
+    try:
+        op = getattr(loaded, attr)
+    except AttributeError as e:
         raise RouteError(f"route {name!r} cannot be loaded: {e}") from None
     if not callable(op):
         raise RouteError(f"route {name!r} is not callable")

@@ -7,7 +7,7 @@ reported and never timed.
 
 from collections.abc import Sequence
 
-from qkbench.accuracy import differing_share, oracle_error, within_tolerance
+from qkbench.accuracy import TOLERANCE, differing_share, oracle_error, within_tolerance
 from qkbench.case import Inputs, fresh_copy
 from qkbench.kernels import reference
 from qkbench.routes import Route
@@ -28,7 +28,8 @@ def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, 
             continue
         errors = {name: oracle_error(out, ref)
                   for name, out, ref in zip("qk", outputs[route.name], oracle, strict=True)}
-        entry = {"oracle": errors,
+        worst, relative = TOLERANCE[inputs.q.dtype]
+        entry = {"oracle": errors, "bound": {"worst": worst, "relative": relative},
                  "ok": all(within_tolerance(e, inputs.q.dtype) for e in errors.values())}
         group_head = next((r for r in routes if r.exact_group and
                            r.exact_group == route.exact_group and r.name in outputs), None)

@@ -353,3 +353,36 @@ def test_resume_finishes_an_interrupted_run_without_repeating_finished_passes(
     assert after["passes"][1]["index"] == 1
     assert after["passes"][1]["pid"] != after["passes"][0]["pid"]
     assert audit(after) == []
+
+
+# -- a write that fails ----------------------------------------------------------------------
+
+
+def test_a_full_disk_mid_run_keeps_the_archive_as_last_written(tmp_path):
+    """ENOSPC for real while the first pass is archived: the archive's temporary name is
+    made a link to ``/dev/full`` (every write there fails with ENOSPC) once the header is
+    on disk. The run stops with an ArchiveError naming the file; the file still holds the
+    header, whole, and no temporary file is left beside it."""
+    path = tmp_path / "run.json"
+    tmp = tmp_path / f".run.json.{os.getpid()}.tmp"
+
+    def fill_the_disk(index: int, total: int) -> None:
+        tmp.symlink_to("/dev/full")
+
+    with pytest.raises(ArchiveError, match=rf"^{re.escape(str(path))}: cannot write the "
+                                           r"archive: No space left on device$"):
+        runner.sweep(cheap(1).with_overrides(isolation="inprocess"), CPU, path,
+                     events=runner.Events(pass_started=fill_the_disk))
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+    kept = archives.read(path)
+    assert (kept["status"], kept["passes"]) == ("running", [])
+
+
+def test_a_case_that_was_not_measured_is_reported_as_invalid(smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    case = edited["passes"][3]["cases"][0]
+    edited["passes"][3]["cases"][0] = {"key": case["key"], "case": case["case"],
+                                       "error": "CUDA out of memory"}
+    assert report.invalid(edited) == [
+        "case tiny-4x2/T1 was not measured: CUDA out of memory (in 1 of 6 passes)"]
+    assert report.invalid(smoke_archive) == []

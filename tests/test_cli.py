@@ -1,6 +1,10 @@
 """The command line: exit codes and the lines a user reads (one clear line per error)."""
 
+import errno
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +170,189 @@ def test_verify_smoke_on_cpu_exits_0_with_fused_bit_exact():
 def test_resume_without_out_fails_in_one_line():
     assert_one_error_line(invoke("sweep", "--device", "cpu", "--resume"),
                           "--resume needs --out")
+
+
+def assert_fails_in_one_line_after_the_archive(result, path, *fragments: str) -> str:
+    """Exit 1, no traceback; stderr names the archive, then one ``error:`` line (last)."""
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[:-1] == [f"archive: {path}"], lines
+    assert lines[-1].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[-1]
+    return lines[-1]
+
+
+# -- a run that measured something invalid does not pass -------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QUICK = ("--protocol", "smoke", "--device", "cpu", "--passes", "1", "--samples", "2",
+         "--warmup", "0", "--isolation", "inprocess")
+
+
+@interpreter_only
+@pytest.mark.parametrize(("route", "sentence"), [
+    ("invalid_routes:one_bit_off", "route invalid_routes:one_bit_off is wrong on tiny-4x2/T1: "
+                                   "12.5 % of elements differ from split (in 1 of 1 passes)"),
+    ("invalid_routes:raising", "route invalid_routes:raising raised on tiny-4x2/T1: "
+                               "ValueError: no kernel for 1 tokens (in 1 of 1 passes)"),
+], ids=["wrong-output", "raises"])
+def test_sweep_with_an_invalid_route_exits_1_with_the_reason_as_a_sentence(
+        tmp_path, monkeypatch, route, sentence):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    out = tmp_path / "run.json"
+    result = invoke("sweep", *QUICK, "--route", "split", "--route", route, "--out", str(out))
+    line = assert_fails_in_one_line_after_the_archive(result, out, sentence)
+    assert line.endswith("; and 1 more invalid (route, case) pair, listed above")
+    # The report lists both cells in sentences (no raw verification dicts); nothing is lost.
+    listed = [x for x in result.stdout.splitlines() if x.startswith(f"route {route} ")]
+    assert [x.split(": ")[0].split()[-1] for x in listed] == ["tiny-4x2/T1", "tiny-4x2/T4"]
+    assert not any("{" in x for x in listed)
+    from qkbench import archive
+
+    run = archive.read(out)
+    assert run["status"] == "complete" and [p["status"] for p in run["passes"]] == ["ok"]
+    assert all(not c["verification"][route]["ok"] for c in run["passes"][0]["cases"])
+
+
+# -- one clear line, never a traceback -------------------------------------------------------
+
+
+def test_sweep_with_a_protocol_path_that_does_not_exist_does_not_run_the_shipped_one(tmp_path):
+    out = tmp_path / "run.json"
+    result = invoke("sweep", "--protocol", "nosuchdir/smoke.toml", "--device", "cpu",
+                    "--out", str(out))
+    assert_one_error_line(result, "no protocol file 'nosuchdir/smoke.toml' (a path")
+    assert not out.exists()
+
+
+def test_sweep_with_a_binary_protocol_file_fails_in_one_line(tmp_path):
+    path = tmp_path / "model.toml"
+    path.write_bytes(bytes(range(256)) * 4)
+    result = invoke("sweep", "--protocol", str(path), "--device", "cpu",
+                    "--out", str(tmp_path / "run.json"))
+    assert_one_error_line(result, f"{path}: not a text protocol file (byte 128 is not UTF-8)")
+
+
+def _unwritable_out(tmp_path, kind: str):
+    """An --out that cannot be written, for real; and what the error line must say."""
+    if kind == "under-a-file":
+        (tmp_path / "notes.txt").write_text("a file, not a folder")
+        return tmp_path / "notes.txt" / "runs" / "run.json", "notes.txt is a file, not a directory"
+    if kind == "in-proc":
+        if not Path("/proc/self").exists():
+            pytest.skip("no /proc mounted here")
+        return Path("/proc/qkbench-run.json"), "/proc does not take new files"
+    if kind == "read-only":
+        if os.geteuid() != 0:
+            folder = tmp_path / "locked"
+            folder.mkdir(mode=0o555)
+            return folder / "run.json", "Permission denied"
+        # root writes through any mode bits: sysfs refuses new files even to root.
+        if not Path("/sys/kernel").is_dir():
+            pytest.skip("running as root (mode bits do not stop writes) and no sysfs mounted")
+        return Path("/sys/qkbench-run.json"), "Permission denied"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["under-a-file", "in-proc", "read-only"])
+def test_sweep_with_an_unwritable_out_fails_in_one_line_naming_it(tmp_path, kind):
+    out, reason = _unwritable_out(tmp_path, kind)
+    result = invoke("sweep", *QUICK, "--out", str(out))
+    assert_one_error_line(result, f"{out}: cannot write the archive: ", reason)
+    assert not out.exists()
+
+
+@pytest.fixture(params=["tmpfs", "dev-full"])
+def full_disk(request, tmp_path):
+    """A folder whose next archive write fails with ENOSPC from the kernel, not a mock.
+
+    ``tmpfs``: a 64 KiB tmpfs filled to the last block (needs the right to mount, i.e.
+    root; skipped elsewhere). ``dev-full``: the archive's temporary file name is a link to
+    ``/dev/full``, whose every write fails with ENOSPC (any Linux; the name is the writer's
+    ``.NAME.PID.tmp`` and this process is the writer)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if request.param == "tmpfs":
+        try:
+            mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "qkbench-full",
+                                    str(folder)], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            pytest.skip(f"cannot mount a tmpfs here ({e})")
+        if mount.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root: {mount.stderr.strip()})")
+        request.addfinalizer(lambda: subprocess.run(["umount", str(folder)], check=True))
+        filler = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(filler, b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+        finally:
+            os.close(filler)
+    else:
+        (folder / f".run.json.{os.getpid()}.tmp").symlink_to("/dev/full")
+    return folder
+
+
+def test_sweep_on_a_full_disk_fails_in_one_line_and_leaves_no_file(full_disk):
+    before = sorted(p.name for p in full_disk.iterdir() if p.name == "filler")
+    out = full_disk / "run.json"
+    result = invoke("sweep", *QUICK, "--out", str(out))
+    assert_one_error_line(result, f"{out}: cannot write the archive: No space left on device")
+    assert sorted(p.name for p in full_disk.iterdir()) == before  # no archive, no temp file
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    ("import os\nraise RuntimeError('needs a GPU driver')\n",
+     "raised RuntimeError: needs a GPU driver"),
+    ("def op(q, k\n    return q, k\n", "raised SyntaxError: "),
+], ids=["raises-at-import", "syntax-error"])
+def test_a_route_module_that_fails_to_import_fails_in_one_line_naming_its_file(
+        tmp_path, monkeypatch, source, reason):
+    module = f"user_route_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run.json"
+    result = invoke("sweep", *QUICK, "--route", "split", "--route", f"{module}:op",
+                    "--out", str(out))
+    assert_one_error_line(result, f"route '{module}:op' cannot be loaded: importing "
+                                  f"{tmp_path / module}.py {reason}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["report", "audit"])
+@pytest.mark.parametrize(("dotted", "reason"), [
+    ("environment.torch", "'environment.torch' is missing"),
+    ("environment.code", "'environment.code' is missing"),
+    ("environment.code.commit", "'environment.code.commit' is missing"),
+    ("protocol.resolved.name", "'protocol.resolved.name' is missing"),
+    ("protocol.resolved.timing", "'protocol.resolved.timing' is missing"),
+    ("protocol.resolved.timing.drop_threshold",
+     "'protocol.resolved.timing.drop_threshold' is missing"),
+    ("protocol.resolved.bands", "'protocol.resolved.bands' is missing"),
+    ("settings.schedule", "'settings.schedule' is missing"),
+])
+def test_an_archive_missing_a_header_key_fails_in_one_line(
+        smoke_archive, tmp_path, command, dotted, reason):
+    edited = json.loads(json.dumps(smoke_archive))
+    *parents, key = dotted.split(".")
+    table = edited
+    for parent in parents:
+        table = table[parent]
+    del table[key]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(edited))
+    assert_one_error_line(invoke(command, str(path)), f"{path}: malformed archive: {reason}")
+
+
+def test_an_archive_with_a_header_value_of_the_wrong_type_fails_in_one_line(
+        smoke_archive, tmp_path):
+    edited = json.loads(json.dumps(smoke_archive))
+    edited["environment"]["code"] = "abc123"
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(edited))
+    assert_one_error_line(invoke("report", str(path)),
+                          "malformed archive: 'environment.code' must be an object, got str")

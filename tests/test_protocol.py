@@ -1,6 +1,7 @@
 """Protocols: every shipped one loads; a bad one is an error naming file, key and type."""
 
 import hashlib
+import re
 
 import pytest
 
@@ -153,3 +154,96 @@ def test_resolved_settings_record_defaults_but_not_the_text():
     assert "text" not in resolved and "path" not in resolved
     assert resolved["timing"]["drop_threshold"] == 0.01
     assert resolved["geometries"][0]["name"] == "g"
+
+
+# -- values that would fail only once a run had started (caught at load) ---------------------
+
+LATE = [
+    ("max-position-zero", ("tokens = [1, 4]", "tokens = [1, 4]\nmax_position = 0"),
+     ["'max_position' must be >= 1, got 0"]),
+    ("negative-seed", ("passes = 3", "passes = 3\nseed = -1"),
+     ["'timing.seed' must be >= 0, got -1"]),
+    ("eps-nan", ("tokens = [1, 4]", "tokens = [1, 4]\neps = nan"),
+     ["'eps' must be finite and > 0, got nan"]),
+    ("eps-inf", ("tokens = [1, 4]", "tokens = [1, 4]\neps = inf"),
+     ["'eps' must be finite and > 0, got inf"]),
+    ("eps-zero", ("tokens = [1, 4]", "tokens = [1, 4]\neps = 0"),
+     ["'eps' must be finite and > 0, got 0.0"]),
+    ("eps-negative", ("tokens = [1, 4]", "tokens = [1, 4]\neps = -1e-6"),
+     ["'eps' must be finite and > 0, got -1e-06"]),
+    ("duplicate-tokens", ("tokens = [1, 4]", "tokens = [1, 4, 1]"),
+     ["'tokens' repeat [1]", "[1, 4, 1]"]),
+    ("band-min-above-max", ("passes = 3", 'passes = 3\n[[band]]\nname = "b"\n'
+                                          "tokens_min = 8\ntokens_max = 4"),
+     ["band[0] ('b'): 'tokens_min' (8) is above 'tokens_max' (4)"]),
+    ("negative-dispatch-margin", ("tokens = [1, 4]", "tokens = [1, 4]\ndispatch_margin = -1"),
+     ["'dispatch_margin' must be finite and >= 0, got -1.0"]),
+    ("tensor-over-int32", ("tokens = [1, 4]", "tokens = [1, 20000000]"),
+     ["'tokens' 20000000 on geometry 'g': q would have 2,560,000,000 elements",
+      "more than 2^31 - 1 per tensor"]),
+    ("inputs-over-memory-cap", ("tokens = [1, 4]", 'tokens = [1, 12000000]\ndtype = "float32"'),
+     ["'tokens' 12000000 on geometry 'g': q and k would take 8.6 GiB of float32",
+      "more than the 8 GiB one case's inputs may take"]),
+]
+
+
+@pytest.mark.parametrize(("edit", "names"), [b[1:] for b in LATE], ids=[b[0] for b in LATE])
+def test_a_value_that_would_fail_at_run_time_is_refused_at_load(tmp_path, edit, names):
+    old, new = edit
+    assert old in VALID
+    path = tmp_path / "bad.toml"
+    path.write_text(VALID.replace(old, new, 1))
+    with pytest.raises(ProtocolError) as e:
+        load(str(path))
+    message = str(e.value)
+    assert message.startswith(f"{path}: ")
+    for name in names:
+        assert name in message
+
+
+def test_the_largest_token_count_under_both_bounds_loads():
+    # bf16 q of (2 heads x 64) at 2^24 - 1 tokens: just under 2^31 elements and 6 GiB.
+    assert parse(VALID.replace("tokens = [1, 4]", f"tokens = [{2**24 - 1}]")).tokens
+
+
+# -- a path is a path, a bare name is a shipped protocol -------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["nosuchdir/smoke.toml", "smoke.toml", "./smoke"])
+def test_a_path_that_does_not_exist_is_an_error_not_the_shipped_protocol(
+        tmp_path, monkeypatch, spec):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProtocolError, match=rf"^no protocol file '{re.escape(spec)}' \(a path"):
+        load(spec)
+
+
+def test_a_bare_name_is_only_ever_a_shipped_protocol(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smoke").write_text(VALID)  # a file named like a shipped protocol
+    (tmp_path / "tiny").write_text(VALID)
+    assert load("smoke").text == shipped()["smoke"]
+    with pytest.raises(ProtocolError, match=r"no protocol file 'tiny': a bare name picks a "
+                                            r"shipped protocol .*; the file is \./tiny"):
+        load("tiny")
+    assert load("./tiny").text == VALID
+
+
+def test_a_relative_toml_path_loads_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smoke.toml").write_text(VALID)
+    assert load("smoke.toml").name == "tiny"
+
+
+def test_a_directory_is_not_a_protocol_file(tmp_path):
+    folder = tmp_path / "d.toml"
+    folder.mkdir()
+    with pytest.raises(ProtocolError, match=rf"^{re.escape(str(folder))}: is a directory"):
+        load(str(folder))
+
+
+def test_a_binary_protocol_file_is_named_as_not_text(tmp_path):
+    path = tmp_path / "image.toml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    with pytest.raises(ProtocolError, match=rf"^{re.escape(str(path))}: not a text protocol "
+                                            r"file \(byte 0 is not UTF-8\)"):
+        load(str(path))

@@ -1,5 +1,6 @@
 """The route registry: every built-in route computes the operation and is checked first."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -58,3 +59,19 @@ def test_a_user_route_is_loaded_from_module_and_callable():
 def test_a_bad_route_name_is_a_route_error(name, reason):
     with pytest.raises(RouteError, match=reason):
         resolve(name)
+
+
+def test_a_route_off_the_oracle_is_described_in_a_sentence_with_the_bound(device):
+    from qkbench.report import route_problem
+
+    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
+
+    def off_by_a_little(q, k, *args, **options):
+        q_out, k_out = resolve("eager").op(q, k, *args, **options)
+        q_out.mul_(1.05)
+        return q_out, k_out
+
+    report = verify([Route("wrong", off_by_a_little)], inputs, False)
+    sentence = route_problem("wrong", "plain/T3", report["wrong"])
+    assert re.fullmatch(r"route wrong is wrong on plain/T3: its q output is up to \S+ of a "
+                        r"row's scale off the FP64 oracle \(bound 1\.6e-02\)", sentence), sentence
