@@ -29,6 +29,19 @@ def _num(x: float | None, fmt: str = ".2f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def header(archive: dict) -> dict:
+    """Who measured what, where: the run's identity beside its summary (``--format json``)."""
+    env, settings, protocol = archive["environment"], archive["settings"], archive["protocol"]
+    code = env["code"]
+    return {"status": archive["status"], "created": archive.get("created"),
+            "protocol": {"name": protocol["resolved"].get("name"), "path": protocol.get("path"),
+                         "sha256": protocol["sha256"]},
+            "device": settings["device"], "gpu": env.get("gpu", {}).get("name"),
+            "commit": code.get("commit"), "dirty": code.get("dirty"),
+            "qkbench": env.get("qkbench"), "torch": env.get("torch"),
+            "triton": env.get("triton"), "settings": settings}
+
+
 def header_lines(archive: dict) -> list[str]:
     env, settings = archive["environment"], archive["settings"]
     gpu = env.get("gpu", {}).get("name", env["device"])
@@ -55,8 +68,21 @@ def header_lines(archive: dict) -> list[str]:
     return lines
 
 
+def unsupported_cells(archive: dict) -> dict[tuple[str, str, str], str]:
+    """(baseline, candidate, case key) -> why, for every cell that a route of its comparison
+    declared unsupported (shown "n/s", not as a wrong route)."""
+    out = {}
+    for p in archive["passes"]:
+        for case in p.get("cases", []):
+            for comp in case.get("comparisons", []):
+                for route, why in comp.get("unsupported", {}).items():
+                    out[(comp["baseline"], comp["candidate"], case["key"])] = f"{route}: {why}"
+    return out
+
+
 def tables(archive: dict) -> list[Table]:
     out = []
+    unsupported = unsupported_cells(archive)
     for comp in (archive["summary"] or {}).get("comparisons", []):
         name = f"{comp['baseline']} -> {comp['candidate']}"
         cases = Table(f"{name}: per cell (delta = candidate / baseline - 1; "
@@ -69,7 +95,9 @@ def tables(archive: dict) -> list[Table]:
             bw = c.get("bandwidth", {}).get("candidate", {})
             ci = (f"[{_pct(e['ci_low'])}, {_pct(e['ci_high'])}]"
                   if e["ci_low"] is not None else "-")
-            verdict = e["verdict"] if not c["invalid_passes"] else "invalid route"
+            verdict = e["verdict"] if not c["invalid_passes"] else (
+                "n/s" if (comp["baseline"], comp["candidate"], c["key"]) in unsupported
+                else "invalid route")
             cases.rows.append([c["geometry"], str(c["tokens"]), f"{e['kept']}/{e['total']}",
                                _num(t.get("baseline")), _num(t.get("candidate")),
                                _pct(e["median"]), _pct(e["best"]), _pct(e["worst"]), ci,
@@ -114,10 +142,16 @@ def failures(archive: dict) -> list[str]:
             if "error" in c:
                 lines.append(f"pass {p['index']} {c['key']}: {c['error']}")
             for name, check in c.get("verification", {}).items():
-                if not check["ok"]:
+                if not check["ok"] and "unsupported" not in check:
                     lines.append(f"pass {p['index']} {c['key']}: route {name} is wrong: "
                                  f"{check}")
     return lines
+
+
+def not_supported(archive: dict) -> list[str]:
+    """One line per cell a route does not support (n/s), with its reason."""
+    return [f"n/s {base} -> {cand} {key}: {why}"
+            for (base, cand, key), why in sorted(unsupported_cells(archive).items())]
 
 
 def as_rich(archive: dict) -> Group:
@@ -131,7 +165,7 @@ def as_rich(archive: dict) -> Group:
             style = None if verdict is None else VERDICT_STYLE.get(row[verdict])
             rt.add_row(*row, style=style)
         parts.append(rt)
-    parts += [Text(line) for line in comparison_lines(archive)]
+    parts += [Text(line) for line in comparison_lines(archive) + not_supported(archive)]
     parts += [Text(line, style="red") for line in failures(archive)]
     return Group(*parts)
 
@@ -142,5 +176,6 @@ def as_markdown(archive: dict) -> str:
         out += ["", f"**{table.title}**", "", "| " + " | ".join(table.headers) + " |",
                 "|" + "|".join("---" for _ in table.headers) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in table.rows]
-    out += [""] + [f"- {line}" for line in comparison_lines(archive) + failures(archive)]
+    out += [""] + [f"- {line}" for line in
+                   comparison_lines(archive) + not_supported(archive) + failures(archive)]
     return "\n".join(out) + "\n"

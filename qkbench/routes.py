@@ -17,6 +17,11 @@ from qkbench.errors import RouteError
 Launch = Callable[[], None]
 
 
+class NotSupported(Exception):
+    """Raised by a route that cannot compute a case (a peer kernel without that option):
+    verification records the reason, the case is reported "n/s" and never timed."""
+
+
 @dataclass(frozen=True)
 class Route:
     name: str
