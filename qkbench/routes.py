@@ -102,14 +102,19 @@ BUILTIN = ("split", "fused", "eager", "compiled")
 
 
 def resolve(name: str) -> Route:
-    """A built-in route by name, or a user route given as ``module:callable``."""
+    """A built-in route by name, a peer kernel as ``peer:NAME`` (see ``peers``), or a user
+    route given as ``module:callable``."""
     builtin = _builtin()
     if name in builtin:
         return builtin[name]
+    if name.startswith("peer:"):
+        from qkbench import peers
+
+        return peers.resolve(name)
     module, sep, attr = name.partition(":")
     if not sep or not module or not attr:
-        raise RouteError(f"unknown route {name!r}: use one of {', '.join(BUILTIN)} or "
-                         "'module:callable'")
+        raise RouteError(f"unknown route {name!r}: use one of {', '.join(BUILTIN)}, "
+                         "'peer:NAME' or 'module:callable'")
     try:
         op = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
