@@ -13,14 +13,19 @@ Schema history:
     order slots, the mean-log-ratio estimate, the interval's coverage, the slot effect and
     censored crossovers (see ``summary.py``). Schema 1 archives are still read: audit
     checks them by their own rules (``legacy.py``), reports re-summarise them.
+  Storage, not schema: an archive whose name ends in ``.gz`` is written gzip-compressed
+  (deterministically: no name, mtime 0); readers detect gzip by its magic bytes.
+  ``environment.code.dirty_paths`` (added beside ``dirty``) lists what made a tree dirty.
 """
 
 import contextlib
 import errno
+import gzip
 import hashlib
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 
 from qkbench.errors import ArchiveError
@@ -28,6 +33,8 @@ from qkbench.errors import ArchiveError
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 KIND = "qkbench.run"
+GZIP_MAGIC = b"\x1f\x8b"
+SUFFIX = ".json.gz"  # what a new archive is called unless its path says otherwise
 
 
 def as_stored(value):
@@ -59,11 +66,26 @@ def new(protocol, settings: dict, environment: dict, command: list[str]) -> dict
     }
 
 
+def encode(archive: dict, compressed: bool) -> bytes:
+    """The bytes of an archive file: indented JSON, gzip-compressed when asked (with no
+    file name and mtime 0, so the same archive always gives the same bytes)."""
+    text = json.dumps(archive, indent=1).encode()
+    return gzip.compress(text, compresslevel=6, mtime=0) if compressed else text
+
+
+def decode(data: bytes) -> object:
+    """An archive file's JSON, gzip-compressed or not (told apart by the magic bytes)."""
+    if data[:2] == GZIP_MAGIC:
+        data = gzip.decompress(data)
+    return json.loads(data)
+
+
 def write(path: Path, archive: dict) -> None:
     """Write atomically: a reader sees the old file or the new one, never a part.
 
-    Any failure (a parent that is a file, a read-only or virtual file system, a full disk)
-    is an ``ArchiveError`` naming the file; on any failure or interruption the temporary
+    A path ending in ``.gz`` is written gzip-compressed, any other as plain JSON. Any
+    failure (a parent that is a file, a read-only or virtual file system, a full disk) is
+    an ``ArchiveError`` naming the file; on any failure or interruption the temporary
     file is removed, so nothing half-written is left, and the archive keeps what it held.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -73,8 +95,8 @@ def write(path: Path, archive: dict) -> None:
             raise ArchiveError(f"{path}: cannot write the archive: {blocking} is a file, "
                                "not a directory")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(archive, f, indent=1)
+        with open(tmp, "wb") as f:
+            f.write(encode(archive, path.suffix == ".gz"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -100,13 +122,13 @@ def create(path: Path, archive: dict) -> None:
 
 
 def read(path: Path) -> dict:
-    """Read and check an archive's kind and schema version."""
+    """Read and check an archive's kind and schema version (plain or gzip-compressed JSON,
+    whatever its name says)."""
     try:
-        with open(path) as f:
-            data = json.load(f)
+        data = decode(Path(path).read_bytes())
     except FileNotFoundError:
         raise ArchiveError(f"{path}: no such archive") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ArchiveError(f"{path}: cannot be read as JSON ({e})") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ArchiveError(f"{path}: not a qkbench run archive")

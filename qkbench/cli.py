@@ -15,6 +15,7 @@ from rich.table import Table
 from qkbench.errors import DeviceError, QkbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  context_settings={"show_default": True},
                   help="Null-arm microbenchmarks of fused QK RMSNorm + RoPE.")
 # Not a terminal: plain text, and wide enough that tables are not squeezed.
 out = Console(width=None if sys.stdout.isatty() else 220)
@@ -24,6 +25,21 @@ DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present, else CPU)
 ProtocolOpt = Annotated[str | None, typer.Option(
     help="a protocol file (a path: has a '/' or ends in .toml), or a shipped protocol's bare "
          "name (default: text-decode on CUDA, smoke on CPU)")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        import qkbench
+
+        typer.echo(f"qkbench {qkbench.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="print the version and exit")] = False) -> None:
+    """Null-arm microbenchmarks of fused QK RMSNorm + RoPE."""
 
 
 def _device(spec: str):
@@ -55,24 +71,89 @@ def _fail(e: QkbenchError) -> None:
     raise typer.Exit(1)
 
 
+PROTOCOLS = "(default: the protocol's)"
+
+
+def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Path:
+    """Where a sweep writes: ``--out`` as given, or inside it when it is a directory (and
+    in ``results/`` without it), named ``<date>-<protocol>.json.gz``."""
+    from qkbench.archive import SUFFIX
+
+    if resume:
+        if out_path is None:
+            raise QkbenchError("--resume needs --out, the archive to continue")
+        if out_path.is_dir():
+            raise QkbenchError(f"--resume needs --out to name an archive file; {out_path} "
+                               "is a directory")
+        return out_path
+    if out_path is not None and not out_path.is_dir():
+        return out_path
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{protocol_name}{SUFFIX}"
+    return (out_path or Path("results")) / name
+
+
+def _sweep_events(runner, proto, bar, started_at: float):
+    """The runner events drawn as a progress bar on a terminal, else as one plain line per
+    finished pass on stderr (a CI log, a pipe)."""
+    from qkbench.progress import pass_drops, pass_line
+
+    if bar is not None:
+        passes_task = bar.add_task("passes", total=proto.timing.passes)
+        cases_task = bar.add_task("cases", total=len(proto.cases()))
+
+        def started(index: int, total: int) -> None:
+            bar.update(cases_task, completed=0, description=f"pass {index + 1}/{total}")
+
+        return runner.Events(
+            pass_started=started,
+            case_done=lambda done, total: bar.update(cases_task, completed=done),
+            pass_finished=lambda index, status: bar.advance(passes_task))
+    drops = [0, 0]
+
+    def finished(result: dict) -> None:
+        dropped, measured = pass_drops(result, proto.timing.drop_threshold)
+        drops[0] += dropped
+        drops[1] += measured
+        err.print(pass_line(result, proto.timing.passes, time.monotonic() - started_at,
+                            *drops), highlight=False, soft_wrap=True)
+
+    return runner.Events(pass_result=finished)
+
+
 @app.command()
 def sweep(
     protocol: ProtocolOpt = None,
     route: Annotated[list[str] | None, typer.Option(
-        help="repeat: the first is the baseline (also the null arm), the rest candidates")] = None,
+        help="repeat: the first is the baseline (also the null arm), the rest candidates; "
+             "a built-in name, peer:NAME or module:callable " + PROTOCOLS)] = None,
     device: DeviceOpt = "auto",
-    passes: Annotated[int | None, typer.Option(help="passes (arm orders rotate)")] = None,
-    warmup: Annotated[int | None, typer.Option()] = None,
-    samples: Annotated[int | None, typer.Option()] = None,
-    inner_reps: Annotated[int | None, typer.Option(help="launches per graph replay")] = None,
-    schedule: Annotated[str | None, typer.Option(help="interleaved or blocked")] = None,
-    isolation: Annotated[str | None, typer.Option(help="process or inprocess")] = None,
-    threshold: Annotated[float | None, typer.Option(help="drop rule on |null|")] = None,
-    cache: Annotated[str | None, typer.Option(help="hot or cold")] = None,
-    out_path: Annotated[Path | None, typer.Option("--out", help="archive path")] = None,
-    resume: Annotated[bool, typer.Option(help="continue the archive at --out")] = False,
+    passes: Annotated[int | None, typer.Option(
+        help="passes, a multiple of 6 (arm orders rotate) " + PROTOCOLS)] = None,
+    warmup: Annotated[int | None, typer.Option(
+        help="warm-up samples per arm, timed and discarded " + PROTOCOLS)] = None,
+    samples: Annotated[int | None, typer.Option(
+        help="timed samples per arm in each pass " + PROTOCOLS)] = None,
+    inner_reps: Annotated[int | None, typer.Option(
+        help="launches per graph replay " + PROTOCOLS)] = None,
+    schedule: Annotated[str | None, typer.Option(
+        help="interleaved or blocked " + PROTOCOLS)] = None,
+    isolation: Annotated[str | None, typer.Option(
+        help="process (a fresh process per pass) or inprocess " + PROTOCOLS)] = None,
+    threshold: Annotated[float | None, typer.Option(
+        help="drop a (pass, case) whose |null| exceeds this share " + PROTOCOLS)] = None,
+    cache: Annotated[str | None, typer.Option(help="hot or cold " + PROTOCOLS)] = None,
+    out_path: Annotated[Path | None, typer.Option(
+        "--out", help="the archive file (.json.gz compressed, else plain .json), or an "
+                      "existing directory to write <date>-<protocol>.json.gz in "
+                      "(default: a new one in results/)",
+        show_default=False)] = None,
+    resume: Annotated[bool, typer.Option(
+        help="continue the archive at --out, without repeating its finished passes; give "
+             "the same --protocol and the same overrides (--route, --passes, --samples, ...) "
+             "it was started with")] = False,
 ) -> None:
     """Run the split / candidate / split-again arms over a protocol and archive every pass."""
+    path = None
     try:
         dev = _device(device)
         proto = _protocol(protocol, dev).with_overrides(
@@ -80,25 +161,18 @@ def sweep(
             schedule=schedule, isolation=isolation, drop_threshold=threshold, cache=cache)
         from qkbench import report, runner
 
-        if resume and out_path is None:
-            raise QkbenchError("--resume needs --out, the archive to continue")
-        path = out_path or Path("results") / (
-            f"{proto.name}-{dev.type}-{time.strftime('%Y%m%d-%H%M%S')}.json")
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=True) as bar:
-            passes_task = bar.add_task("passes", total=proto.timing.passes)
-            cases_task = bar.add_task("cases", total=len(proto.cases()))
-
-            def started(index: int, total: int) -> None:
-                bar.update(cases_task, completed=0, description=f"pass {index + 1}/{total}")
-
-            events = runner.Events(
-                pass_started=started,
-                case_done=lambda done, total: bar.update(cases_task, completed=done),
-                pass_finished=lambda index, status: bar.advance(passes_task))
-            run = runner.sweep(proto, dev, path, resume=resume, command=sys.argv, events=events)
+        path = archive_path(out_path, proto.name, resume)
+        started_at = time.monotonic()
+        if err.is_terminal:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=err, transient=True) as bar:
+                run = runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
+                                   events=_sweep_events(runner, proto, bar, started_at))
+        else:
+            run = runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
+                               events=_sweep_events(runner, proto, None, started_at))
         out.print(report.as_rich(run))
-        err.print(f"archive: {path}")
+        err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
         problems = []
         if failed:
@@ -114,15 +188,19 @@ def sweep(
     except QkbenchError as e:
         _fail(e)
     except KeyboardInterrupt:
-        err.print("[red]interrupted:[/red] finished passes are in the archive; "
-                  "continue with --resume --out ARCHIVE")
+        where = (f"{path}; continue with: qkbench sweep --resume --out {path} and the same "
+                 "--protocol and overrides" if path is not None else
+                 "no archive was written yet")
+        err.print(f"[red]interrupted:[/red] finished passes are in {where}",
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
 
 
 @app.command("report")
 def report_cmd(
-    archive: Path,
-    format: Annotated[str, typer.Option(help="rich, markdown or json")] = "rich",
+    archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
+    format: Annotated[str, typer.Option(
+        help="rich, markdown or json (the run's header and its summary)")] = "rich",
 ) -> None:
     """Render an archive's summary."""
     try:
@@ -135,7 +213,8 @@ def report_cmd(
         elif format == "markdown":
             typer.echo(report.as_markdown(run), nl=False)
         elif format == "json":
-            typer.echo(json.dumps(run["summary"], indent=1))
+            typer.echo(json.dumps({"header": report.header(run), "summary": run["summary"]},
+                                  indent=1))
         else:
             raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
     except QkbenchError as e:
@@ -143,7 +222,8 @@ def report_cmd(
 
 
 @app.command()
-def audit(archive: Path) -> None:
+def audit(archive: Annotated[Path, typer.Argument(
+        help="a run archive (.json or .json.gz)")]) -> None:
     """Recompute every summary from the raw samples; exit 1 on any mismatch."""
     try:
         from qkbench import archive as archives
@@ -163,36 +243,41 @@ def audit(archive: Path) -> None:
 
 @app.command()
 def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
-           route: Annotated[list[str] | None, typer.Option()] = None) -> None:
-    """Check each route's exactness and accuracy on every case of a protocol (no timing)."""
+           route: Annotated[list[str] | None, typer.Option(
+               help="repeat: the routes to check (default: the protocol's)")] = None) -> None:
+    """Check each route's exactness and accuracy on every case of a protocol (no timing).
+
+    One line per case as it is checked: each route ok, WRONG or n/s (not supported), and why.
+    """
+    failed = unsupported = 0
     try:
         dev = _device(device)
         proto = _protocol(protocol, dev).with_overrides(routes=route)
         from qkbench.case import make_inputs
         from qkbench.routes import resolve
+        from qkbench.verify import describe, status_word
         from qkbench.verify import verify as verify_case
 
         routes = [resolve(name) for name in proto.routes]
-        table = Table("case", *[r.name for r in routes], title=f"verify {proto.name} on {dev}")
-        failed = 0
-        for i, case in enumerate(proto.cases()):
+        cases = proto.cases()
+        err.print(f"verify {proto.name} on {dev}: {len(cases)} case(s), routes "
+                  f"{', '.join(r.name for r in routes)}", highlight=False, soft_wrap=True)
+        for i, case in enumerate(cases):
             checks = verify_case(routes, make_inputs(case, i, dev), case.geometry.inplace)
-            cells = []
-            for r in routes:
-                c = checks[r.name]
-                failed += not c["ok"]
-                detail = ("error" if "error" in c else
-                          f"oracle {max(e['worst'] for e in c['oracle'].values()):.1e}")
-                if "exact_with" in c:
-                    detail += f", {'bit-exact' if c['differing_share'] == 0 else 'NOT exact'}"
-                cells.append(f"[{'green' if c['ok'] else 'red'}]{detail}[/]")
-            table.add_row(case.key, *cells)
-        out.print(table)
+            words = [status_word(checks[r.name]) for r in routes]
+            failed += words.count("WRONG")
+            unsupported += words.count("n/s")
+            out.print(f"{case.key}: " + "; ".join(f"{r.name} {describe(checks[r.name])}"
+                                                  for r in routes),
+                      highlight=False, soft_wrap=True)
     except QkbenchError as e:
         _fail(e)
     if failed:
-        err.print(f"[red]verify failed:[/red] {failed} route check(s) failed")
+        err.print(f"verify failed: {failed} route check(s) WRONG", highlight=False)
         raise typer.Exit(1)
+    err.print("verify ok: every route meets the oracle and its exactness group"
+              + (f" ({unsupported} check(s) n/s: not supported by that route)"
+                 if unsupported else ""), highlight=False)
 
 
 @app.command("env")
@@ -207,12 +292,60 @@ def env_cmd(device: DeviceOpt = "auto") -> None:
         measured = limits.measure(backend_for(dev), inner_reps=32)
     except QkbenchError as e:
         _fail(e)
-    for key in ("python", "torch", "triton", "cuda", "qkbench", "device", "gpu", "code"):
-        out.print(f"{key}: {info.get(key)}")
+    for key in ("python", "torch", "triton", "cuda", "qkbench", "device"):
+        out.print(f"{key}: {info.get(key)}", highlight=False)
+    for key, value in info.get("gpu", {}).items():
+        out.print(f"gpu {key.replace('_', ' ')}: {value}", highlight=False)
+    code = info["code"]
+    commit = code["commit"] or "unknown (no git checkout, no QKBENCH_GIT_COMMIT)"
+    out.print(f"commit: {commit}" + (f" (dirty: {code['dirty_count']} path(s): "
+                                     f"{', '.join(code['dirty_paths'][:5])}"
+                                     f"{', ...' if code['dirty_count'] > 5 else ''})"
+                                     if code.get("dirty_paths") else
+                                     " (dirty)" if code.get("dirty") else ""),
+              highlight=False, soft_wrap=True)
+    hashes = Table("kernel file", "sha256 (first 16)", title="kernel sources",
+                   title_justify="left")
+    for name, digest in info["kernels_sha256"].items():
+        hashes.add_row(name, digest[:16])
+    out.print(hashes)
     out.print(f"copy bandwidth: {measured['copy']['gbps']:.1f} GB/s "
               f"({measured['copy']['bytes'] / 2**30:.2f} GiB read + written)")
+    where = "in a graph" if dev.type == "cuda" else "on the host"
     for floor in measured["launch_floor"].values():
         out.print(f"launch floor ({floor['programs']} program(s)): "
-                  f"{floor['median_s'] * 1e6:.3f} us per call in a graph")
+                  f"{floor['median_s'] * 1e6:.3f} us per call {where}")
     if dev.type == "cpu":
         out.print("(CPU: the interpreter's figures say nothing about a GPU)")
+
+
+@app.command()
+def export(
+    archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
+    csv: Annotated[bool, typer.Option(
+        "--csv", help="one row per timed sample: pass, case, comparison, arm, route, "
+                      "sample, seconds (header row first)")] = False,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="write here (default: stdout)", show_default=False)] = None,
+) -> None:
+    """Export an archive's raw samples for analysis elsewhere (pandas, R)."""
+    try:
+        from qkbench import archive as archives
+        from qkbench.export import write_csv
+
+        if not csv:
+            raise QkbenchError("export needs a format: --csv")
+        run = archives.read(archive)
+        if out_file is None:
+            write_csv(run, sys.stdout)
+            return
+        try:
+            with open(out_file, "x", newline="") as f:
+                n = write_csv(run, f)
+        except FileExistsError:
+            raise QkbenchError(f"{out_file} exists: choose another --out") from None
+        except OSError as e:
+            raise QkbenchError(f"{out_file}: cannot be written ({e.strerror})") from None
+    except QkbenchError as e:
+        _fail(e)
+    err.print(f"wrote {n} samples to {out_file}", highlight=False, soft_wrap=True)

@@ -21,25 +21,55 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _git(*args: str) -> str | None:
-    root = Path(qkbench.__file__).resolve().parent.parent
+def _git(*args: str, root: Path | None = None) -> str | None:
+    root = root or Path(qkbench.__file__).resolve().parent.parent
     try:
         out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
                              timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    return out.stdout.strip("\n") if out.returncode == 0 else None
 
 
-def code_identity() -> dict:
-    """The git commit and dirty flag, or what ``QKBENCH_GIT_COMMIT`` / ``QKBENCH_GIT_DIRTY``
-    say where the tree travelled without its ``.git`` (e.g. to a GPU machine)."""
-    commit = _git("rev-parse", "HEAD")
+# Untracked files here are what sweeps write (archives): they do not make the code dirty.
+RESULTS_DIR = "results/"
+# At most this many dirty paths are recorded (the count is always exact).
+DIRTY_PATHS_KEPT = 50
+
+
+def dirty_paths(porcelain_z: str) -> list[str]:
+    """The paths that make a tree dirty, from ``git status --porcelain -z``: every tracked
+    change, and every untracked path outside ``results/`` (a sweep's own archives there
+    do not count; a tracked file changed there does)."""
+    entries = porcelain_z.split("\0")
+    paths, i = [], 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        status, path = entry[:2], entry[3:]
+        if "R" in status or "C" in status:
+            i += 1  # a rename or copy is followed by its source path
+        if status == "??" and path.startswith(RESULTS_DIR):
+            continue
+        paths.append(path)
+    return paths
+
+
+def code_identity(root: Path | None = None) -> dict:
+    """The git commit, whether the tree is dirty and what made it so; or what
+    ``QKBENCH_GIT_COMMIT`` / ``QKBENCH_GIT_DIRTY`` say where the tree travelled without its
+    ``.git`` (e.g. to a GPU machine)."""
+    commit = _git("rev-parse", "HEAD", root=root)
     if commit is not None:
-        return {"commit": commit, "dirty": bool(_git("status", "--porcelain")), "source": "git"}
+        dirty = dirty_paths(_git("status", "--porcelain", "-z", root=root) or "")
+        return {"commit": commit, "dirty": bool(dirty), "dirty_paths": dirty[:DIRTY_PATHS_KEPT],
+                "dirty_count": len(dirty), "source": "git"}
     env_commit = os.environ.get("QKBENCH_GIT_COMMIT")
     return {"commit": env_commit, "dirty": os.environ.get("QKBENCH_GIT_DIRTY") == "1"
-            if env_commit else None, "source": "environment" if env_commit else None}
+            if env_commit else None, "dirty_paths": None, "dirty_count": None,
+            "source": "environment" if env_commit else None}
 
 
 def kernel_hashes() -> dict[str, str]:

@@ -35,6 +35,19 @@ def _num(x: float | None, fmt: str = ".2f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def header(archive: dict) -> dict:
+    """Who measured what, where: the run's identity beside its summary (``--format json``)."""
+    env, settings, protocol = archive["environment"], archive["settings"], archive["protocol"]
+    code = env["code"]
+    return {"status": archive["status"], "created": archive.get("created"),
+            "protocol": {"name": protocol["resolved"].get("name"), "path": protocol.get("path"),
+                         "sha256": protocol["sha256"]},
+            "device": settings["device"], "gpu": env.get("gpu", {}).get("name"),
+            "commit": code.get("commit"), "dirty": code.get("dirty"),
+            "qkbench": env.get("qkbench"), "torch": env.get("torch"),
+            "triton": env.get("triton"), "settings": settings}
+
+
 def header_lines(archive: dict) -> list[str]:
     env, settings = archive["environment"], archive["settings"]
     gpu = env.get("gpu", {}).get("name", env["device"])
@@ -74,6 +87,18 @@ def _verdict(e: dict) -> str:
     if e["verdict"] == "unstable" and e["unstable_orders"]:
         return f"unstable ({'; '.join(e['unstable_orders'])})"
     return e["verdict"]
+
+
+def unsupported_cells(archive: dict) -> dict[tuple[str, str, str], str]:
+    """(baseline, candidate, case key) -> why, for every cell that a route of its comparison
+    declared unsupported (shown "n/s", not as a wrong route)."""
+    out = {}
+    for p in archive["passes"]:
+        for case in p.get("cases", []):
+            for comp in case.get("comparisons", []):
+                for route, why in comp.get("unsupported", {}).items():
+                    out[(comp["baseline"], comp["candidate"], case["key"])] = f"{route}: {why}"
+    return out
 
 
 def tables(archive: dict) -> list[Table]:
@@ -181,7 +206,7 @@ def invalid(archive: dict) -> list[str]:
             else:
                 problems = {(name, c["key"]): route_problem(name, c["key"], check)
                             for name, check in c.get("verification", {}).items()
-                            if not check.get("ok")}
+                            if not check.get("ok") and "unsupported" not in check}
             for where, sentence in problems.items():
                 found.setdefault(where, (sentence, []))[1].append(p["index"])
     return [f"{sentence} (in {len(passes)} of {len(measured)} passes)"
@@ -197,6 +222,12 @@ def failures(archive: dict) -> list[str]:
     return lines + invalid(archive)
 
 
+def not_supported(archive: dict) -> list[str]:
+    """One line per cell a route does not support (n/s), with its reason."""
+    return [f"n/s {base} -> {cand} {key}: {why}"
+            for (base, cand, key), why in sorted(unsupported_cells(archive).items())]
+
+
 def as_rich(archive: dict) -> Group:
     parts = [Text(line) for line in header_lines(archive)]
     for table in tables(archive):
@@ -208,7 +239,7 @@ def as_rich(archive: dict) -> Group:
             style = None if verdict is None else VERDICT_STYLE.get(row[verdict].split()[0])
             rt.add_row(*row, style=style)
         parts.append(rt)
-    parts += [Text(line) for line in comparison_lines(archive)]
+    parts += [Text(line) for line in comparison_lines(archive) + not_supported(archive)]
     parts += [Text(line, style="red") for line in failures(archive)]
     return Group(*parts)
 
@@ -219,5 +250,6 @@ def as_markdown(archive: dict) -> str:
         out += ["", f"**{table.title}**", "", "| " + " | ".join(table.headers) + " |",
                 "|" + "|".join("---" for _ in table.headers) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in table.rows]
-    out += [""] + [f"- {line}" for line in comparison_lines(archive) + failures(archive)]
+    out += [""] + [f"- {line}" for line in
+                   comparison_lines(archive) + not_supported(archive) + failures(archive)]
     return "\n".join(out) + "\n"

@@ -19,6 +19,11 @@ from qkbench.errors import RouteError
 Launch = Callable[[], None]
 
 
+class NotSupported(Exception):
+    """Raised by a route that cannot compute a case (a peer kernel without that option):
+    verification records the reason, the case is reported "n/s" and never timed."""
+
+
 @dataclass(frozen=True)
 class Route:
     name: str
@@ -133,9 +138,10 @@ def _origin(module: str) -> str:
 
 
 def resolve(name: str) -> Route:
-    """A built-in route by name, a user route given as ``module:callable``, or either as
-    ``NAME~twin`` (the same route under a second name) or ``NAME+1/N`` (the route with
-    one extra call of itself every N launches: a planted effect of known size)."""
+    """A built-in route by name, a peer kernel as ``peer:NAME`` (see ``peers``), a user
+    route given as ``module:callable``, or any of them as ``NAME~twin`` (the same route
+    under a second name) or ``NAME+1/N`` (the route with one extra call of itself every N
+    launches: a planted effect of known size)."""
     builtin = _builtin()
     if name in builtin:
         return builtin[name]
@@ -146,10 +152,14 @@ def resolve(name: str) -> Route:
         if not every.isdigit() or int(every) < 1:
             raise RouteError(f"route {name!r}: N in '+1/N' must be an integer >= 1")
         return replace(resolve(base), name=name, extra_every=int(every))
+    if name.startswith("peer:"):
+        from qkbench import peers
+
+        return peers.resolve(name)
     module, sep, attr = name.partition(":")
     if not sep or not module or not attr:
-        raise RouteError(f"unknown route {name!r}: use one of {', '.join(BUILTIN)} or "
-                         "'module:callable'")
+        raise RouteError(f"unknown route {name!r}: use one of {', '.join(BUILTIN)}, "
+                         "'peer:NAME' or 'module:callable'")
     try:
         loaded = importlib.import_module(module)
     except ImportError as e:

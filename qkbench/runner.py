@@ -40,6 +40,8 @@ class Events:
     pass_started: Callable[[int, int], None] = lambda index, total: None
     case_done: Callable[[int, int], None] = lambda done, total: None
     pass_finished: Callable[[int, str], None] = lambda index, status: None
+    # The finished pass's raw result, as archived (just before ``pass_finished``).
+    pass_result: Callable[[dict], None] = lambda result: None
 
 
 def job_for(protocol: Protocol, index: int, device: torch.device, replaces: int | None = None,
@@ -110,11 +112,24 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
     if existing["protocol"]["sha256"] != protocol.sha256:
         raise ArchiveError(f"{out}: cannot resume: it was run with another protocol text")
-    if existing["protocol"]["resolved"] != archives.as_stored(protocol.resolved()):
-        raise ArchiveError(f"{out}: cannot resume: its settings differ from these overrides")
+    wanted = archives.as_stored(protocol.resolved())
+    if existing["protocol"]["resolved"] != wanted:
+        differ = "; ".join(f"{key} is {a!r} there, {b!r} here" for key, a, b in
+                           _differing(existing["protocol"]["resolved"], wanted))
+        raise ArchiveError(f"{out}: cannot resume: its settings differ from these overrides "
+                           f"({differ}); repeat the --protocol and overrides it was started "
+                           "with")
     if existing["settings"] != settings:
         raise ArchiveError(f"{out}: cannot resume: recorded settings {existing['settings']} "
                            f"differ from {settings}")
+
+
+def _differing(a, b, path: str = "") -> list[tuple[str, object, object]]:
+    """The dotted keys whose values differ between two JSON objects, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for key in sorted(set(a) | set(b), key=str)
+                for d in _differing(a.get(key), b.get(key), f"{path}.{key}" if path else key)]
+    return [] if a == b else [(path, a, b)]
 
 
 def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
@@ -144,6 +159,7 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         run["passes"] = sorted([*run["passes"], result], key=lambda p: p["index"])
         run["summary"] = summarize(run)
         archives.write(out, run)
+        events.pass_result(result)
         events.pass_finished(job["index"], result["status"])
 
     for index in range(t.passes):

@@ -19,6 +19,8 @@ from qkbench.schedule import order_of
 # Slot states: kept (filled), open (a replacement is due), pending (not yet measured),
 # unstable (every attempt dropped or failed), invalid (a route is wrong there).
 KEPT, OPEN, PENDING, UNSTABLE, INVALID = "kept", "open", "pending", "unstable", "invalid"
+# A cell a route declared it does not support: no verdict, and not an error.
+NOT_SUPPORTED = "n/s"
 
 
 def slot_of(p: dict) -> int:
@@ -101,7 +103,8 @@ def _slot(slot: int, attempts: list[tuple], pair: tuple[str, str], timing: dict,
         if comp is None:
             failed += 1
         elif comp["status"] != "ok":
-            invalid.append({"pass": p["index"], "routes": comp.get("invalid_routes", [])})
+            invalid.append({"pass": p["index"], "routes": comp.get("invalid_routes", []),
+                            "unsupported": bool(comp.get("unsupported"))})
         else:
             row = _row(p, case_result, comp, timing)
             rows.append(row)
@@ -136,7 +139,8 @@ def _cell(case, pair: tuple[str, str], attempts: dict, timing: dict, retries: in
             used.append(row)
     statuses = {s["status"] for s in slots}
     unstable = [" ".join(s["order"]) for s in slots if s["status"] == UNSTABLE]
-    state = (INVALID + " route" if INVALID in statuses else
+    state = (NOT_SUPPORTED if invalid and all(i["unsupported"] for i in invalid) else
+             INVALID + " route" if INVALID in statuses else
              UNSTABLE if unstable else
              PENDING if statuses & {OPEN, PENDING} else None)
     effect = stats.effect([r["null"] for r in used], [r["delta"] for r in used],

@@ -2,7 +2,8 @@
 
 Routes of one exact group (the shipped split and fused kernels) must agree bit for bit;
 every route must meet the FP64 oracle within the dtype's bound. A route that fails is
-reported and never timed.
+reported and never timed. A route that declares a case unsupported (``NotSupported``) is
+recorded as ``{"ok": False, "unsupported": reason}``: not timed, and reported "n/s".
 """
 
 from collections.abc import Sequence
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from qkbench.accuracy import TOLERANCE, differing_share, oracle_error, within_tolerance
 from qkbench.case import Inputs, fresh_copy
 from qkbench.kernels import reference
-from qkbench.routes import Route
+from qkbench.routes import NotSupported, Route
 
 
 def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, dict]:
@@ -23,6 +24,9 @@ def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, 
         run = inputs.with_qk(fresh_copy(inputs.q), fresh_copy(inputs.k))
         try:
             outputs[route.name] = run.call(route.op, inplace=inplace)
+        except NotSupported as e:
+            report[route.name] = {"ok": False, "unsupported": str(e)}
+            continue
         except Exception as e:  # a route that raises is a wrong route, reported as such
             report[route.name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             continue
@@ -41,3 +45,27 @@ def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, 
             entry["ok"] = entry["ok"] and max(shares) == 0.0
         report[route.name] = entry
     return report
+
+
+def status_word(check: dict) -> str:
+    """A verification entry in one word: ``ok``, ``WRONG`` (fails the oracle or exactness,
+    or raised), or ``n/s`` (the route does not support the case)."""
+    if check["ok"]:
+        return "ok"
+    return "n/s" if "unsupported" in check else "WRONG"
+
+
+def describe(check: dict) -> str:
+    """A verification entry in words: its status word and what it rests on."""
+    word = status_word(check)
+    if "unsupported" in check:
+        return f"{word} ({check['unsupported']})"
+    if "error" in check:
+        return f"{word} (raised {check['error']})"
+    detail = f"oracle error {max(e['worst'] for e in check['oracle'].values()):.1e}"
+    if "exact_with" in check:
+        same = check["differing_share"] == 0
+        detail += (f", bit-exact with {check['exact_with']}" if same else
+                   f", NOT exact with {check['exact_with']} "
+                   f"({check['differing_share']:.2%} of elements differ)")
+    return f"{word} ({detail})"

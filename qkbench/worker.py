@@ -142,7 +142,10 @@ def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_in
         bad = [r.name for r in (baseline, cand) if not checks[r.name]["ok"]]
         if bad:
             result["comparisons"].append({"baseline": baseline.name, "candidate": cand.name,
-                                          "status": "invalid", "invalid_routes": bad})
+                                          "status": "invalid", "invalid_routes": bad,
+                                          "unsupported": {name: checks[name]["unsupported"]
+                                                          for name in bad
+                                                          if "unsupported" in checks[name]}})
             continue
         routes = {"A": baseline, "B": cand, "A'": baseline}
         result["comparisons"].append(

@@ -5,7 +5,9 @@ crash and resume tests run their own two- or three-pass sweeps with fewer sample
 """
 
 import copy
+import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -20,7 +22,7 @@ from typer.testing import CliRunner
 
 import qkbench
 from qkbench import archive as archives
-from qkbench import report, runner
+from qkbench import export, report, runner
 from qkbench.audit import audit
 from qkbench.cli import app
 from qkbench.errors import ArchiveError
@@ -120,7 +122,7 @@ def test_archive_records_the_environment(smoke_archive):
         sys.version.split()[0], torch.__version__, qkbench.__version__)
     assert env["device"] == "cpu" and env["triton_interpret"] is True
     assert env["triton"] and env["platform"]
-    assert set(env["code"]) == {"commit", "dirty", "source"}
+    assert set(env["code"]) == {"commit", "dirty", "dirty_paths", "dirty_count", "source"}
 
 
 def test_archive_names_the_exact_kernel_sources(smoke_archive):
@@ -227,11 +229,14 @@ def test_existing_archive_is_never_overwritten(tmp_path):
     assert path.read_text() == "precious"
 
 
-def test_resume_refuses_other_settings(smoke_sweep):
+def test_resume_refuses_other_settings_naming_each_with_both_values(smoke_sweep):
     path, _ = smoke_sweep
     before = path.read_bytes()
-    with pytest.raises(ArchiveError, match="cannot resume: its settings differ"):
-        runner.sweep(load("smoke").with_overrides(passes=7), CPU, path, resume=True)
+    with pytest.raises(ArchiveError, match=re.escape(
+            "cannot resume: its settings differ from these overrides (timing.passes is 6 "
+            "there, 12 here; timing.samples is 5 there, 3 here); repeat the --protocol and "
+            "overrides it was started with")):
+        runner.sweep(load("smoke").with_overrides(passes=12, samples=3), CPU, path, resume=True)
     assert path.read_bytes() == before
 
 
@@ -386,3 +391,98 @@ def test_a_case_that_was_not_measured_is_reported_as_invalid(smoke_archive):
     assert report.invalid(edited) == [
         "case tiny-4x2/T1 was not measured: CUDA out of memory (in 1 of 6 passes)"]
     assert report.invalid(smoke_archive) == []
+
+
+# -- archives people can store: gzip, and the samples as CSV ---------------------------------
+
+
+def test_a_gz_archive_round_trips_to_the_same_run(smoke_archive, tmp_path):
+    path = tmp_path / "run.json.gz"
+    archives.write(path, smoke_archive)
+    assert path.read_bytes()[:2] == archives.GZIP_MAGIC
+    assert archives.read(path) == smoke_archive
+
+
+def test_a_gz_archive_is_smaller_than_its_json(smoke_archive, tmp_path):
+    archives.write(tmp_path / "run.json", smoke_archive)
+    archives.write(tmp_path / "run.json.gz", smoke_archive)
+    assert (tmp_path / "run.json.gz").stat().st_size * 4 < (tmp_path / "run.json").stat().st_size
+
+
+def test_the_same_run_always_gives_the_same_gz_bytes(smoke_archive, tmp_path):
+    archives.write(tmp_path / "a.json.gz", smoke_archive)
+    archives.write(tmp_path / "b.json.gz", smoke_archive)
+    assert (tmp_path / "a.json.gz").read_bytes() == (tmp_path / "b.json.gz").read_bytes()
+
+
+def test_a_json_named_archive_is_written_as_plain_json(smoke_archive, tmp_path):
+    archives.write(tmp_path / "run.json", smoke_archive)
+    assert json.loads((tmp_path / "run.json").read_text()) == smoke_archive
+
+
+def test_reading_detects_gzip_by_its_magic_bytes_not_its_name(smoke_archive, tmp_path):
+    misnamed = tmp_path / "run.json"
+    misnamed.write_bytes(archives.encode(smoke_archive, compressed=True))
+    assert archives.read(misnamed) == smoke_archive
+
+
+def test_a_truncated_gz_archive_fails_in_one_clear_line(smoke_archive, tmp_path):
+    path = tmp_path / "run.json.gz"
+    path.write_bytes(archives.encode(smoke_archive, compressed=True)[:200])
+    result = CliRunner().invoke(app, ["report", str(path)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {path}: cannot be read as JSON")
+
+
+def test_audit_cli_passes_a_clean_gz_archive(smoke_archive, tmp_path):
+    path = tmp_path / "run.json.gz"
+    archives.write(path, smoke_archive)
+    result = CliRunner().invoke(app, ["audit", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("audit ok:")
+
+
+def test_csv_export_has_a_header_and_one_row_per_timed_sample(smoke_archive, tmp_path):
+    path = tmp_path / "run.json.gz"
+    archives.write(path, smoke_archive)
+    out = tmp_path / "samples.csv"
+    result = CliRunner().invoke(app, ["export", str(path), "--csv", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    assert lines[0] == "pass,case,comparison,arm,route,sample,seconds"
+    timing = smoke_archive["protocol"]["resolved"]["timing"]
+    # 6 passes x 2 cases x 1 comparison x 3 arms x the protocol's samples
+    assert len(lines) - 1 == export.sample_count(smoke_archive) == 6 * 2 * 3 * timing["samples"]
+    assert f"wrote {len(lines) - 1} samples to {out}" in result.stderr
+
+
+def test_csv_rows_carry_each_raw_sample_exactly(smoke_archive):
+    rows = list(csv.DictReader(io.StringIO(_csv(smoke_archive))))
+    arm = first_arm(smoke_archive)
+    first = [r for r in rows if r["pass"] == "0" and r["arm"] == arm["label"]
+             and r["case"] == smoke_archive["passes"][0]["cases"][0]["key"]]
+    assert [float(r["seconds"]) for r in first] == arm["samples"]
+    assert [int(r["sample"]) for r in first] == list(range(len(arm["samples"])))
+    assert {(r["comparison"], r["route"]) for r in first} == {("split->fused", arm["route"])}
+
+
+def _csv(run: dict) -> str:
+    buffer = io.StringIO()
+    export.write_csv(run, buffer)
+    return buffer.getvalue()
+
+
+def test_export_to_stdout_without_out(smoke_sweep, smoke_archive):
+    path, _ = smoke_sweep
+    result = CliRunner().invoke(app, ["export", str(path), "--csv"])
+    assert result.exit_code == 0
+    assert result.stdout == _csv(smoke_archive)
+
+
+def test_export_refuses_to_overwrite_a_file(smoke_sweep, tmp_path):
+    path, _ = smoke_sweep
+    out = tmp_path / "samples.csv"
+    out.write_text("precious")
+    result = CliRunner().invoke(app, ["export", str(path), "--csv", "--out", str(out)])
+    assert result.exit_code == 1 and "exists" in result.stderr
+    assert out.read_text() == "precious"

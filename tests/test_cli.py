@@ -3,13 +3,16 @@
 import errno
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+import typer
 from typer.testing import CliRunner
 
+import qkbench
 from qkbench.cli import app
 
 from conftest import interpreter_only
@@ -137,11 +140,19 @@ def test_report_markdown_prints_a_table(smoke_sweep):
     assert all(row.count("|") == lines[header].count("|") for row in rows[:2])
 
 
-def test_report_json_prints_the_archived_summary(smoke_sweep, smoke_archive):
+def test_report_json_prints_the_archived_summary_beside_the_runs_header(smoke_sweep,
+                                                                        smoke_archive):
     path, _ = smoke_sweep
     result = invoke("report", str(path), "--format", "json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == smoke_archive["summary"]
+    printed = json.loads(result.stdout)
+    assert printed["summary"] == smoke_archive["summary"]
+    header = printed["header"]
+    code = smoke_archive["environment"]["code"]
+    assert (header["device"], header["commit"], header["dirty"], header["status"]) == (
+        "cpu", code["commit"], code["dirty"], "complete")
+    assert header["protocol"] == {"name": "smoke", "path": smoke_archive["protocol"]["path"],
+                                  "sha256": smoke_archive["protocol"]["sha256"]}
 
 
 def test_report_rich_shows_the_cpu_caveat(smoke_sweep):
@@ -165,6 +176,140 @@ def test_verify_smoke_on_cpu_exits_0_with_fused_bit_exact():
     rows = [line for line in result.stdout.splitlines() if "tiny-4x2/T" in line]
     assert len(rows) == 2
     assert all("bit-exact" in row and "NOT exact" not in row for row in rows)
+
+
+@interpreter_only
+def test_verify_prints_one_line_per_case_saying_ok_in_words():
+    result = invoke("verify", "--protocol", "smoke", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["tiny-4x2/T1", "tiny-4x2/T4"]
+    for line in lines:
+        assert "split ok (oracle error " in line
+        assert "fused ok (oracle error " in line and "bit-exact with split" in line
+    assert result.stderr.strip().splitlines()[-1].startswith("verify ok:")
+
+
+@pytest.fixture
+def fake_routes(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+
+
+@interpreter_only
+def test_verify_says_wrong_in_words_and_exits_1(fake_routes):
+    result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route", "split",
+                    "--route", "fake_routes:off_by_a_little")
+    assert result.exit_code == 1
+    for line in result.stdout.splitlines():
+        assert "split ok (" in line and "fake_routes:off_by_a_little WRONG (oracle error" in line
+    assert "verify failed: 2 route check(s) WRONG" in result.stderr
+
+
+@interpreter_only
+def test_verify_says_n_s_for_an_unsupported_case_and_exits_0(fake_routes):
+    result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route", "split",
+                    "--route", "fake_routes:supports_nothing")
+    assert result.exit_code == 0, result.output
+    for line in result.stdout.splitlines():
+        assert "fake_routes:supports_nothing n/s (this fake peer supports no case)" in line
+    assert "2 check(s) n/s" in result.stderr
+
+
+def test_version_prints_the_package_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"qkbench {qkbench.__version__}"
+
+
+def _options():
+    root = typer.main.get_command(app)
+    for name, command in [("qkbench", root), *root.commands.items()]:
+        for param in command.params:
+            if param.param_type_name == "option" and param.name != "help":
+                yield name, param
+
+
+@pytest.mark.parametrize(("command", "option"), list(_options()),
+                         ids=lambda x: x if isinstance(x, str) else x.opts[0])
+def test_every_option_has_help_and_says_its_default(command, option):
+    assert option.help, f"{command} {option.opts[0]} has no help"
+    if option.default is None or option.show_default is False:
+        assert "default" in option.help, f"{command} {option.opts[0]} does not say its default"
+    else:
+        assert option.show_default is not False
+
+
+def test_resume_help_says_what_must_be_repeated():
+    result = invoke("sweep", "--help")
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert "give the same --protocol and the same overrides" in text
+
+
+def test_ctrl_c_names_the_real_archive_path_and_how_to_resume(tmp_path, monkeypatch):
+    from qkbench import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "sweep", interrupted)
+    path = tmp_path / ("a-long-folder-name-" * 4) / "run.json.gz"
+    result = invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--out", str(path))
+    assert result.exit_code == 130
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"interrupted: finished passes are in {path};")
+    assert f"qkbench sweep --resume --out {path} and the same --protocol and overrides" in line
+
+
+def _quick_sweep(*args: str):
+    return invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--passes", "1",
+                  "--samples", "2", "--warmup", "0", "--isolation", "inprocess", *args)
+
+
+@interpreter_only
+def test_out_directory_gets_a_dated_gzip_archive_named_after_the_protocol(tmp_path):
+    result = _quick_sweep("--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    (written,) = tmp_path.iterdir()
+    assert re.fullmatch(r"\d{8}-\d{6}-smoke\.json\.gz", written.name)
+    assert written.read_bytes()[:2] == b"\x1f\x8b"
+    assert f"archive: {written}" in result.stderr
+    audited = invoke("audit", str(written))
+    assert audited.exit_code == 0 and audited.stdout.startswith("audit ok:")
+
+
+def test_resume_of_a_directory_fails_in_one_line(tmp_path):
+    assert_one_error_line(invoke("sweep", "--device", "cpu", "--resume", "--out", str(tmp_path)),
+                          "--resume needs --out to name an archive file")
+
+
+def test_piped_sweep_prints_one_line_per_finished_pass(smoke_sweep, smoke_archive):
+    _, result = smoke_sweep
+    pattern = re.compile(r"pass (\d)/6: order (\S+ \S+ \S+); elapsed [\d.ms]+; "
+                         r"drops so far (\d+) of (\d+) \(pass, case\)")
+    found = [pattern.fullmatch(line) for line in result.stderr.splitlines()]
+    found = [m for m in found if m]
+    assert [int(m[1]) for m in found] == [1, 2, 3, 4, 5, 6]
+    assert [m[2].split() for m in found] == [p["order"] for p in smoke_archive["passes"]]
+    assert [int(m[4]) for m in found] == [2, 4, 6, 8, 10, 12]  # two cases a pass
+    drops = smoke_archive["summary"]["comparisons"][0]["drops"]
+    assert (int(found[-1][3]), int(found[-1][4])) == (drops["dropped"], drops["total"])
+
+
+def test_env_on_cpu_shows_kernel_hashes_as_a_table_and_no_graph(monkeypatch):
+    from qkbench import limits
+
+    monkeypatch.setattr(limits, "measure", lambda backend, inner_reps: {
+        "copy": {"gbps": 10.0, "bytes": 2**30},
+        "launch_floor": {"one": {"programs": 1, "median_s": 1e-5}}})
+    result = invoke("env", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "in a graph" not in text and "us per call on the host" in text
+    assert "{" not in text  # no raw dict
+    rows = {line.split()[1]: line.split()[3] for line in text.splitlines()
+            if line.startswith("│ ") and ".py" in line}
+    assert "fused.py" in rows
+    assert all(re.fullmatch(r"[0-9a-f]{16}", digest) for digest in rows.values())
 
 
 def test_resume_without_out_fails_in_one_line():
