@@ -30,6 +30,11 @@ head_dim = 64
 """
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
+# One tiny cell, six in-process passes: the whole method through the CLI in seconds.
+QUICK = ("--protocol", str(FIXTURES / "quick.toml"), "--device", "cpu")
+
+
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
@@ -113,7 +118,7 @@ def _unreadable(tmp_path, kind: str):
         return path, "not a qkbench run archive"
     if kind == "unknown-schema":
         path.write_text(json.dumps({"kind": "qkbench.run", "schema_version": 99}))
-        return path, "schema_version 99 is not supported (this qkbench reads 1)"
+        return path, "schema_version 99 is not supported (this qkbench reads 1, 2)"
     if kind == "header-only":
         path.write_text(json.dumps({"kind": "qkbench.run", "schema_version": 1}))
         return path, "malformed archive: 'status' is missing or not str"
@@ -261,8 +266,7 @@ def test_ctrl_c_names_the_real_archive_path_and_how_to_resume(tmp_path, monkeypa
 
 
 def _quick_sweep(*args: str):
-    return invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--passes", "1",
-                  "--samples", "2", "--warmup", "0", "--isolation", "inprocess", *args)
+    return invoke("sweep", *QUICK, *args)
 
 
 @interpreter_only
@@ -270,7 +274,7 @@ def test_out_directory_gets_a_dated_gzip_archive_named_after_the_protocol(tmp_pa
     result = _quick_sweep("--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     (written,) = tmp_path.iterdir()
-    assert re.fullmatch(r"\d{8}-\d{6}-smoke\.json\.gz", written.name)
+    assert re.fullmatch(r"\d{8}-\d{6}-quick\.json\.gz", written.name)
     assert written.read_bytes()[:2] == b"\x1f\x8b"
     assert f"archive: {written}" in result.stderr
     audited = invoke("audit", str(written))
@@ -318,11 +322,12 @@ def test_resume_without_out_fails_in_one_line():
 
 
 def assert_fails_in_one_line_after_the_archive(result, path, *fragments: str) -> str:
-    """Exit 1, no traceback; stderr names the archive, then one ``error:`` line (last)."""
+    """Exit 1, no traceback; stderr names the archive (after the piped progress lines),
+    then one ``error:`` line (last)."""
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
+    lines = [x for x in result.stderr.strip().splitlines() if not re.match(r"pass \d+/", x)]
     assert lines[:-1] == [f"archive: {path}"], lines
     assert lines[-1].startswith("error: ")
     for fragment in fragments:
@@ -332,23 +337,22 @@ def assert_fails_in_one_line_after_the_archive(result, path, *fragments: str) ->
 
 # -- a run that measured something invalid does not pass -------------------------------------
 
-FIXTURES = Path(__file__).parent / "fixtures"
-QUICK = ("--protocol", "smoke", "--device", "cpu", "--passes", "1", "--samples", "2",
-         "--warmup", "0", "--isolation", "inprocess")
 
 
 @interpreter_only
 @pytest.mark.parametrize(("route", "sentence"), [
     ("invalid_routes:one_bit_off", "route invalid_routes:one_bit_off is wrong on tiny-4x2/T1: "
-                                   "12.5 % of elements differ from split (in 1 of 1 passes)"),
+                                   "12.5 % of elements differ from split (in 6 of 6 passes)"),
     ("invalid_routes:raising", "route invalid_routes:raising raised on tiny-4x2/T1: "
-                               "ValueError: no kernel for 1 tokens (in 1 of 1 passes)"),
+                               "ValueError: no kernel for 1 tokens (in 6 of 6 passes)"),
 ], ids=["wrong-output", "raises"])
 def test_sweep_with_an_invalid_route_exits_1_with_the_reason_as_a_sentence(
         tmp_path, monkeypatch, route, sentence):
     monkeypatch.syspath_prepend(str(FIXTURES))
     out = tmp_path / "run.json"
-    result = invoke("sweep", *QUICK, "--route", "split", "--route", route, "--out", str(out))
+    # Two cells; an invalid route is never timed, so six passes of the smoke cost little.
+    result = invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--isolation",
+                    "inprocess", "--route", "split", "--route", route, "--out", str(out))
     line = assert_fails_in_one_line_after_the_archive(result, out, sentence)
     assert line.endswith("; and 1 more invalid (route, case) pair, listed above")
     # The report lists both cells in sentences (no raw verification dicts); nothing is lost.
@@ -358,8 +362,8 @@ def test_sweep_with_an_invalid_route_exits_1_with_the_reason_as_a_sentence(
     from qkbench import archive
 
     run = archive.read(out)
-    assert run["status"] == "complete" and [p["status"] for p in run["passes"]] == ["ok"]
-    assert all(not c["verification"][route]["ok"] for c in run["passes"][0]["cases"])
+    assert run["status"] == "complete" and [p["status"] for p in run["passes"]] == ["ok"] * 6
+    assert all(not c["verification"][route]["ok"] for p in run["passes"] for c in p["cases"])
 
 
 # -- one clear line, never a traceback -------------------------------------------------------

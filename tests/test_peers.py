@@ -197,7 +197,7 @@ def unsupported_run(tmp_path_factory) -> dict:
         mp.syspath_prepend(str(FIXTURES))
         mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
         protocol = load("smoke").with_overrides(
-            routes=["split", "fake_routes:supports_nothing"], passes=1, samples=2, warmup=0,
+            routes=["split", "fake_routes:supports_nothing"], samples=2, warmup=0,
             isolation="inprocess")
         runner.sweep(protocol, torch.device("cpu"), out)
     return archives.read(out)

@@ -161,7 +161,7 @@ def test_resolved_settings_record_defaults_but_not_the_text():
 LATE = [
     ("max-position-zero", ("tokens = [1, 4]", "tokens = [1, 4]\nmax_position = 0"),
      ["'max_position' must be >= 1, got 0"]),
-    ("negative-seed", ("passes = 3", "passes = 3\nseed = -1"),
+    ("negative-seed", ("passes = 12", "passes = 12\nseed = -1"),
      ["'timing.seed' must be >= 0, got -1"]),
     ("eps-nan", ("tokens = [1, 4]", "tokens = [1, 4]\neps = nan"),
      ["'eps' must be finite and > 0, got nan"]),
@@ -173,7 +173,7 @@ LATE = [
      ["'eps' must be finite and > 0, got -1e-06"]),
     ("duplicate-tokens", ("tokens = [1, 4]", "tokens = [1, 4, 1]"),
      ["'tokens' repeat [1]", "[1, 4, 1]"]),
-    ("band-min-above-max", ("passes = 3", 'passes = 3\n[[band]]\nname = "b"\n'
+    ("band-min-above-max", ("passes = 12", 'passes = 12\n[[band]]\nname = "b"\n'
                                           "tokens_min = 8\ntokens_max = 4"),
      ["band[0] ('b'): 'tokens_min' (8) is above 'tokens_max' (4)"]),
     ("negative-dispatch-margin", ("tokens = [1, 4]", "tokens = [1, 4]\ndispatch_margin = -1"),
