@@ -120,6 +120,20 @@ def _sweep_events(runner, proto, bar, started_at: float):
     return runner.Events(pass_result=finished)
 
 
+def _swept(proto, dev, path: Path, resume: bool = False) -> dict:
+    """``runner.sweep`` with progress on stderr: a bar on a terminal, else lines."""
+    from qkbench import runner
+
+    started_at = time.monotonic()
+    if err.is_terminal:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=True) as bar:
+            return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
+                                events=_sweep_events(runner, proto, bar, started_at))
+    return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
+                        events=_sweep_events(runner, proto, None, started_at))
+
+
 @app.command()
 def sweep(
     protocol: ProtocolOpt = None,
@@ -159,18 +173,10 @@ def sweep(
         proto = _protocol(protocol, dev).with_overrides(
             routes=route, passes=passes, warmup=warmup, samples=samples, inner_reps=inner_reps,
             schedule=schedule, isolation=isolation, drop_threshold=threshold, cache=cache)
-        from qkbench import report, runner
+        from qkbench import report
 
         path = archive_path(out_path, proto.name, resume)
-        started_at = time.monotonic()
-        if err.is_terminal:
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=err, transient=True) as bar:
-                run = runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
-                                   events=_sweep_events(runner, proto, bar, started_at))
-        else:
-            run = runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
-                               events=_sweep_events(runner, proto, None, started_at))
+        run = _swept(proto, dev, path, resume)
         out.print(report.as_rich(run))
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
@@ -194,6 +200,66 @@ def sweep(
         err.print(f"[red]interrupted:[/red] finished passes are in {where}",
                   highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
+
+
+@app.command()
+def calibrate(
+    protocol: ProtocolOpt = None,
+    route: Annotated[str | None, typer.Option(
+        help="the route that runs against itself " + PROTOCOLS.replace("s)", "s baseline)"),
+        show_default=False)] = None,
+    planted: Annotated[list[int] | None, typer.Option(
+        help="repeat: plant one extra call of the route every N launches, +1/N of its own "
+             "work (default: 32 and 8, +3.1 % and +12.5 %)", show_default=False)] = None,
+    device: DeviceOpt = "auto",
+    passes: Annotated[int | None, typer.Option(
+        help="passes, a multiple of 6 " + PROTOCOLS)] = None,
+    samples: Annotated[int | None, typer.Option(
+        help="timed samples per arm in each pass " + PROTOCOLS)] = None,
+    out_path: Annotated[Path | None, typer.Option(
+        "--out", help="the directory the two archives are written in (default: results/)",
+        show_default=False)] = None,
+    aa: Annotated[Path | None, typer.Option(
+        help="report from this A/A archive (with --planted-run) instead of running",
+        show_default=False)] = None,
+    planted_run: Annotated[Path | None, typer.Option(
+        help="report from this planted-effect archive (with --aa)", show_default=False)] = None,
+) -> None:
+    """Prove the method on this machine: an A/A run of one route against itself (any
+    verdict but unresolved is false) and a run against planted effects of known size (each
+    must be resolved slower). Ends with one line: false verdicts k/n, planted effects
+    resolved m/n. Exit 1 on a false verdict or a planted effect with the wrong sign."""
+    try:
+        if (aa is None) != (planted_run is None):
+            raise QkbenchError("--aa and --planted-run go together (the two archives of one "
+                               "calibration)")
+        # The device first: on the CPU the kernels must be imported under the interpreter.
+        dev = None if aa is not None else _device(device)
+        from qkbench import archive as archives
+        from qkbench import calibration, report
+
+        if aa is not None:
+            runs = {"aa": archives.read(aa), "planted": archives.read(planted_run)}
+        else:
+            proto = _protocol(protocol, dev).with_overrides(passes=passes, samples=samples)
+            every = tuple(planted or calibration.PLANTED_EVERY)
+            if any(n < 1 for n in every):
+                raise QkbenchError(f"--planted must be >= 1, got {list(every)}")
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            runs = {}
+            for kind, p in calibration.protocols(proto, route or proto.baseline, every).items():
+                path = (out_path or Path("results")) / (
+                    f"{stamp}-{proto.name}-calibrate-{kind}.json.gz")
+                runs[kind] = _swept(p, dev, path)
+                err.print(f"archive ({kind}): {path}", highlight=False, soft_wrap=True)
+        result = calibration.summarize(runs["aa"], runs["planted"])
+        out.print(report.rich_table(report.calibration_table(result)))
+        line = calibration.summary_line(result)
+        if result["false_verdicts"] or result["wrong_sign"]:
+            raise QkbenchError(line)
+        out.print(line, highlight=False, soft_wrap=True)
+    except QkbenchError as e:
+        _fail(e)
 
 
 @app.command("report")

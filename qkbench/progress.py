@@ -24,7 +24,10 @@ def pass_line(result: dict, total_passes: int, elapsed_s: float, dropped: int,
     and the drops so far in the run."""
     order = " ".join(result.get("order", [])) or "-"
     status = "" if result["status"] == "ok" else f" {result['status'].upper()}"
-    return (f"pass {result['index'] + 1}/{total_passes}{status}: order {order}; "
+    which = (f"pass {result['index'] + 1}/{total_passes}" if result.get("replaces") is None
+             else f"replacement pass {result['index'] + 1} (slot {result['replaces'] + 1}, "
+                  f"{len(result.get('case_keys') or [])} case(s))")
+    return (f"{which}{status}: order {order}; "
             f"elapsed {_duration(elapsed_s)}; drops so far {dropped} of {measured} "
             "(pass, case)")
 

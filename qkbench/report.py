@@ -228,17 +228,37 @@ def not_supported(archive: dict) -> list[str]:
             for (base, cand, key), why in sorted(unsupported_cells(archive).items())]
 
 
+def rich_table(table: Table) -> RichTable:
+    """A table for a terminal: the first column left, the numbers right, verdicts coloured."""
+    rt = RichTable(title=table.title, title_justify="left")
+    for i, h in enumerate(table.headers):
+        rt.add_column(h, justify="left" if i == 0 else "right")
+    verdict = table.headers.index("verdict") if "verdict" in table.headers else None
+    for row in table.rows:
+        style = None if verdict is None else VERDICT_STYLE.get(row[verdict].split()[0])
+        rt.add_row(*row, style=style)
+    return rt
+
+
+def calibration_table(result: dict) -> Table:
+    """Per case: the A/A verdict, and each planted effect's estimate and verdict."""
+    sizes = [p["nominal"] for p in result["cases"][0]["planted"]] if result["cases"] else []
+    table = Table(f"calibrate {result['route']}: A/A ({result['route']} against itself) and "
+                  "planted effects (+1/N of its own work)",
+                  ["geometry", "T", "A/A delta", "A/A width", "A/A verdict",
+                   *(f"planted {_pct(x)}" for x in sizes), "smallest resolved"])
+    for c in result["cases"]:
+        aa = c["aa"] or {}
+        table.rows.append([c["geometry"], str(c["tokens"]), _pct(aa.get("estimate")),
+                           _pct(aa.get("width"), False), aa.get("verdict", "-"),
+                           *(f"{_pct(p['estimate'])} {p['verdict']}" for p in c["planted"]),
+                           _pct(c["smallest_resolved"]) if c["smallest_resolved"] else "none"])
+    return table
+
+
 def as_rich(archive: dict) -> Group:
     parts = [Text(line) for line in header_lines(archive)]
-    for table in tables(archive):
-        rt = RichTable(title=table.title, title_justify="left")
-        for i, h in enumerate(table.headers):
-            rt.add_column(h, justify="left" if i == 0 else "right")
-        verdict = table.headers.index("verdict") if "verdict" in table.headers else None
-        for row in table.rows:
-            style = None if verdict is None else VERDICT_STYLE.get(row[verdict].split()[0])
-            rt.add_row(*row, style=style)
-        parts.append(rt)
+    parts += [rich_table(table) for table in tables(archive)]
     parts += [Text(line) for line in comparison_lines(archive) + not_supported(archive)]
     parts += [Text(line, style="red") for line in failures(archive)]
     return Group(*parts)

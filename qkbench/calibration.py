@@ -1,0 +1,103 @@
+"""Calibration: the method proves itself on the machine at hand (SPEC 4, "Calibration").
+
+Two runs of one protocol with one route: an A/A run (the route against itself under a
+second name, ``NAME~twin``), where every verdict other than unresolved is a false one;
+and a planted run (the route against itself plus one extra call of itself every N
+launches, ``NAME+1/N``: +1/N of its own work), where each planted effect must be
+resolved slower. ``summarize`` reads both archives' summaries; nothing here prints.
+"""
+
+from qkbench import routes
+from qkbench.errors import ProtocolError
+from qkbench.protocol import Protocol
+from qkbench.summary import current
+
+# One extra call in 32 and in 8: +3.1 % and +12.5 % of the route's own work.
+PLANTED_EVERY = (32, 8)
+VERDICTS = ("faster", "slower")
+
+
+def protocols(protocol: Protocol, route: str, planted_every: tuple[int, ...]
+              ) -> dict[str, Protocol]:
+    """The A/A and the planted protocol: ``protocol`` with the routes replaced; a sweep of
+    each makes the two archives ``summarize`` reads. Each N must divide ``inner_reps``, so
+    that every graph replay (every sample) holds the same number of extra calls."""
+    uneven = [n for n in planted_every if protocol.timing.inner_reps % n]
+    if uneven:
+        raise ProtocolError(f"planted effects every {uneven} launches do not divide "
+                            f"inner_reps ({protocol.timing.inner_reps}): a replay would hold "
+                            "an uneven number of extra calls")
+    return {"aa": protocol.with_overrides(routes=[route, routes.twin(route)]),
+            "planted": protocol.with_overrides(
+                routes=[route, *(routes.planted(route, n) for n in planted_every)])}
+
+
+def _planted_every(name: str) -> int:
+    return int(name.rpartition(routes.PLANTED)[2])
+
+
+def planted_share(every: int, input_sets: int, launches: int) -> float:
+    """The extra work a planted route adds to a replay of ``launches`` launches: its call
+    counter starts after one warm call per input set, and every ``every``-th call runs the
+    op twice."""
+    first, last = input_sets, input_sets + launches - 1
+    return (last // every - (first - 1) // every) / launches
+
+
+def _replays(archive: dict) -> dict[str, tuple[int, int]]:
+    """Case key -> (input sets, launches per replay), as the passes recorded them."""
+    return {c["key"]: (c["input_sets"], c["launches_per_replay"])
+            for p in archive["passes"] for c in p.get("cases", []) if "input_sets" in c}
+
+
+def summarize(aa: dict, planted: dict) -> dict:
+    """Per case: the A/A verdict, each planted effect's size, estimate and verdict, and
+    the smallest one resolved; and the totals a user reads last."""
+    (aa_comp,) = current(aa)["comparisons"]
+    aa_cells = {c["key"]: c for c in aa_comp["cases"]}
+    cases = {key: {"key": key, "geometry": c["geometry"], "tokens": c["tokens"],
+                   "aa": c["effect"], "planted": []} for key, c in aa_cells.items()}
+    replays = _replays(planted)
+    for comp in current(planted)["comparisons"]:
+        every = _planted_every(comp["candidate"])
+        for c in comp["cases"]:
+            expected = planted_share(every, *replays[c["key"]]) if c["key"] in replays else None
+            e = c["effect"]
+            width = e["width"] if e["width"] is not None else aa_cells.get(
+                c["key"], {}).get("effect", {}).get("width")
+            cases.setdefault(c["key"], {"key": c["key"], "geometry": c["geometry"],
+                                        "tokens": c["tokens"], "aa": None, "planted": []})
+            cases[c["key"]]["planted"].append({
+                "route": comp["candidate"], "nominal": 1.0 / every, "expected": expected,
+                "estimate": e["estimate"], "verdict": e["verdict"], "width": width,
+                "exceeds_width": None not in (width, expected) and expected > width})
+    for case in cases.values():
+        case["planted"].sort(key=lambda p: p["nominal"])
+        resolved = [p["expected"] for p in case["planted"] if p["verdict"] == "slower"
+                    and p["expected"] is not None]
+        case["smallest_resolved"] = min(resolved) if resolved else None
+    rows = list(cases.values())
+    planted_cells = [p for c in rows for p in c["planted"]]
+    beyond = [p for p in planted_cells if p["exceeds_width"]]
+    return {
+        "route": aa_comp["baseline"],
+        "cases": rows,
+        "false_verdicts": sum(c["aa"] is not None and c["aa"]["verdict"] in VERDICTS
+                              for c in rows),
+        "aa_cells": sum(c["aa"] is not None for c in rows),
+        "planted_resolved": sum(p["verdict"] == "slower" for p in planted_cells),
+        "planted_cells": len(planted_cells),
+        "wrong_sign": sum(p["verdict"] == "faster" for p in planted_cells),
+        "resolved_beyond_width": sum(p["verdict"] == "slower" for p in beyond),
+        "beyond_width": len(beyond),
+    }
+
+
+def summary_line(result: dict) -> str:
+    """The one line a user reads last."""
+    return (f"calibrate {result['route']}: false verdicts {result['false_verdicts']}/"
+            f"{result['aa_cells']}, planted effects resolved {result['planted_resolved']}/"
+            f"{result['planted_cells']} ({result['resolved_beyond_width']}/"
+            f"{result['beyond_width']} of those larger than their cell's width"
+            + (f"; {result['wrong_sign']} with the wrong sign" if result["wrong_sign"] else "")
+            + ")")

@@ -1,0 +1,130 @@
+"""Calibration: an A/A run must resolve nothing, planted effects of known size must be
+resolved slower (SPEC 4). The timing comes from the synthetic clock, which charges each
+arm for the work its launches declare (a planted route: 1 + 1/N)."""
+
+import gzip
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from qkbench import calibration, runner
+from qkbench.cli import app
+from qkbench.errors import ProtocolError
+from qkbench.protocol import parse
+
+from conftest import interpreter_only
+from synthetic import SyntheticBackend
+
+pytestmark = interpreter_only
+
+PROTOCOL = """
+name = "calibrated"
+routes = ["split", "fused"]
+tokens = [1, 3]
+max_position = 64
+
+[timing]
+passes = 6
+warmup = 2
+samples = 30
+inner_reps = 8
+isolation = "inprocess"
+
+[[geometry]]
+name = "tiny"
+heads_q = 2
+heads_k = 1
+head_dim = 64
+"""
+EVERY = (8, 2)  # +12.5 % and +50 % of the route's own work
+
+
+def calibrate(tmp_path, **clock) -> dict:
+    """Both runs on the synthetic clock; returns their archives by kind."""
+    runs = {}
+    for kind, p in calibration.protocols(parse(PROTOCOL), "split", EVERY).items():
+        backend = SyntheticBackend(**clock)
+        runs[kind] = runner.sweep(p, torch.device("cpu"), tmp_path / f"{kind}.json.gz",
+                                  backend=backend, events=backend.events())
+    return runs
+
+
+@pytest.fixture(scope="module")
+def unbiased(tmp_path_factory) -> dict:
+    return calibrate(tmp_path_factory.mktemp("calibrate"))
+
+
+def test_an_unbiased_machine_gives_no_false_verdict(unbiased):
+    result = calibration.summarize(unbiased["aa"], unbiased["planted"])
+    assert (result["false_verdicts"], result["aa_cells"]) == (0, 2)
+    assert all(c["aa"]["verdict"] == "unresolved" for c in result["cases"])
+
+
+def test_every_planted_effect_is_resolved_slower_near_its_size(unbiased):
+    result = calibration.summarize(unbiased["aa"], unbiased["planted"])
+    assert (result["planted_resolved"], result["planted_cells"]) == (4, 4)
+    for case in result["cases"]:
+        assert [p["expected"] for p in case["planted"]] == [0.125, 0.5]
+        for p in case["planted"]:
+            assert p["verdict"] == "slower"
+            assert p["estimate"] == pytest.approx(p["expected"], abs=0.002)
+        assert case["smallest_resolved"] == 0.125
+
+
+def test_the_summary_line_counts_false_verdicts_and_resolved_effects(unbiased):
+    line = calibration.summary_line(calibration.summarize(unbiased["aa"], unbiased["planted"]))
+    assert line == ("calibrate split: false verdicts 0/2, planted effects resolved 4/4 "
+                    "(4/4 of those larger than their cell's width)")
+
+
+def test_a_first_slot_bias_gives_no_false_verdict(tmp_path):
+    runs = calibrate(tmp_path, first_bias=0.05)
+    result = calibration.summarize(runs["aa"], runs["planted"])
+    assert result["false_verdicts"] == 0
+    assert {c["aa"]["verdict"] for c in result["cases"]} == {"unstable"}
+
+
+def test_a_machine_that_favours_one_arm_label_shows_false_verdicts(tmp_path):
+    # The clock makes the B arm 5 % slower whatever runs in it: the A/A run must say so.
+    runs = calibrate(tmp_path, effect=0.05)
+    result = calibration.summarize(runs["aa"], runs["planted"])
+    assert result["false_verdicts"] == 2
+
+
+@pytest.mark.parametrize(("every", "sets", "launches", "share"), [
+    (32, 1, 32, 1 / 32), (8, 1, 32, 4 / 32), (2, 1, 2, 0.5), (8, 100, 200, 25 / 200)])
+def test_planted_share_counts_the_extra_calls_in_one_replay(every, sets, launches, share):
+    assert calibration.planted_share(every, sets, launches) == pytest.approx(share)
+
+
+def test_a_planted_step_that_does_not_divide_inner_reps_is_refused():
+    with pytest.raises(ProtocolError, match=r"planted effects every \[3\] launches do not "
+                                            r"divide inner_reps \(8\)"):
+        calibration.protocols(parse(PROTOCOL), "split", (8, 3))
+
+
+def _write(path, archive: dict):
+    with gzip.open(path, "wt") as f:
+        json.dump(archive, f)
+    return str(path)
+
+
+def test_calibrate_cli_reports_from_archives_and_ends_with_the_line(unbiased, tmp_path):
+    result = CliRunner().invoke(app, ["calibrate", "--aa", _write(tmp_path / "a.json.gz",
+                                      unbiased["aa"]), "--planted-run",
+                                      _write(tmp_path / "p.json.gz", unbiased["planted"])])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert "tiny" in result.stdout and "planted +12.50%" in result.stdout
+    assert lines[-1].startswith("calibrate split: false verdicts 0/2")
+
+
+def test_calibrate_cli_exits_1_on_a_false_verdict(tmp_path):
+    runs = calibrate(tmp_path, effect=0.05)
+    result = CliRunner().invoke(app, ["calibrate", "--aa", _write(tmp_path / "a.json.gz",
+                                      runs["aa"]), "--planted-run",
+                                      _write(tmp_path / "p.json.gz", runs["planted"])])
+    assert result.exit_code == 1
+    assert "error: calibrate split: false verdicts 2/2" in result.stderr
