@@ -350,3 +350,29 @@ def test_each_out_of_place_buffer_records_its_offset_and_moves_between_passes(tm
     assert all(len(o[label]) == 2 for o in offsets for label in ARMS)
     assert all(0 <= x < 2 << 20 for o in offsets for xs in o.values() for x in xs)
     assert len({o["A"][0] for o in offsets}) > 1
+
+
+# -- crossover and dispatch bound -------------------------------------------------------------
+
+
+def test_a_bound_with_no_crossover_in_range_is_censored(measure):
+    comp = comparison(measure(effect=-0.5))
+    assert comp["dispatch_bound"] == {"bound": 3, "censored": True}
+    assert comp["crossover"]["tiny"] == {"faster_through": 3, "stops_at": None,
+                                         "censored": True}
+
+
+def test_a_bound_never_crosses_an_unstable_cell(tmp_path):
+    # T = 1, 3, 5, the candidate twice as fast everywhere; the T = 3 cell disagrees in
+    # pass 2 (order B A A') and in both its replacements (passes 6 and 7, where it is the
+    # only case), so that cell is unstable and ends the run.
+    text = PROTOCOL.format(schedule="interleaved").replace("tokens = [1, 3]",
+                                                           "tokens = [1, 3, 5]")
+    backend = SyntheticBackend(effect=-0.5, null_bias={(2, 1): 0.05, (6, 0): 0.05,
+                                                       (7, 0): 0.05})
+    run = runner.sweep(parse(text), torch.device("cpu"), tmp_path / "run.json",
+                       backend=backend, events=backend.events())
+    comp = comparison(run)
+    assert [c["effect"]["verdict"] for c in comp["cases"]] == ["faster", "unstable", "faster"]
+    assert comp["dispatch_bound"] == {"bound": 1, "censored": False}
+    assert comp["crossover"]["tiny"] == {"faster_through": 1, "stops_at": 3, "censored": False}
