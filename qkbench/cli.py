@@ -201,22 +201,41 @@ def report_cmd(
     archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
     format: Annotated[str, typer.Option(
         help="rich, markdown or json (the run's header and its summary)")] = "rich",
+    wide: Annotated[bool, typer.Option(
+        help="rich: every column of the per-cell table (kept, width, copy, share of copy "
+             "bandwidth), not only geometry, T, times, delta, interval and verdict")] = False,
+    plot: Annotated[Path | None, typer.Option(
+        help="also write PNGs into this directory: per comparison, delta, per-call time "
+             "and bandwidth against T, named after the archive, same names replaced "
+             "(default: no plots)",
+        show_default=False)] = None,
 ) -> None:
-    """Render an archive's summary."""
+    """Render an archive's summary (and, with --plot, its pictures)."""
     try:
         from qkbench import archive as archives
         from qkbench import report
 
+        if format not in ("rich", "markdown", "json"):
+            raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
         run = archives.read(archive)
         if format == "rich":
-            out.print(report.as_rich(run))
+            out.print(report.as_rich(run, wide=wide))
         elif format == "markdown":
             typer.echo(report.as_markdown(run), nl=False)
-        elif format == "json":
+        else:
             typer.echo(json.dumps({"header": report.header(run), "summary": run["summary"]},
                                   indent=1))
-        else:
-            raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
+        if plot is not None:
+            from qkbench.plots import archive_stem
+            from qkbench.plots import plot as draw
+
+            try:
+                written = draw(run, plot, prefix=archive_stem(archive))
+            except OSError as e:
+                raise QkbenchError(f"{plot}: cannot write the plots "
+                                   f"({e.strerror or e})") from None
+            for path in written:
+                err.print(f"plot: {path}", highlight=False, soft_wrap=True)
     except QkbenchError as e:
         _fail(e)
 
