@@ -241,6 +241,52 @@ def report_cmd(
 
 
 @app.command()
+def crossover(
+    archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
+    emit: Annotated[Path | None, typer.Option(
+        help="write the dispatch table here as JSON (qkbench.kernels.dispatch.DispatchTable "
+             "loads it; a file of that name is replaced) (default: print only)",
+        show_default=False)] = None,
+    candidate: Annotated[str | None, typer.Option(
+        help="the comparison's candidate route (default: the run's only one)",
+        show_default=False)] = None,
+) -> None:
+    """Per geometry, the width through which the candidate is resolvably faster, and the
+    dispatch that follows from it."""
+    try:
+        from qkbench import archive as archives
+        from qkbench import crossover as cross
+        from qkbench.report import Fitted, Table
+
+        run = archives.read(archive)
+        table = cross.dispatch_table(run, candidate, source=str(archive))
+    except QkbenchError as e:
+        _fail(e)
+    source = table["source"]
+    shown = Table(f"{table['baseline']} -> {table['candidate']}: crossover per geometry "
+                  f"(protocol {source['protocol']['name']}, {source['gpu'] or source['device']}"
+                  f", commit {(source['commit'] or 'unknown')[:12]})",
+                  ["geometry", "shape", "faster through T", "stops at T", "dispatch"],
+                  wrap={1, 4}, left={0, 1, 4})
+    for e in table["geometries"]:
+        s = e["shape"]
+        shown.rows.append([e["geometry"],
+                           f"({s['heads_q']},{s['heads_k']})x{s['head_dim']}/r{s['rotary_dim']} "
+                           f"{s['dtype']}",
+                           "-" if e["fused_through"] is None else str(e["fused_through"]),
+                           "none in range" if e["censored"] else
+                           "-" if e["stops_at"] is None else str(e["stops_at"]),
+                           cross.describe(e)])
+    out.print(Fitted(shown, list(range(len(shown.headers)))))
+    if emit is not None:
+        try:
+            cross.write(emit, table)
+        except QkbenchError as e:
+            _fail(e)
+        err.print(f"dispatch table: {emit}", highlight=False, soft_wrap=True)
+
+
+@app.command()
 def audit(archive: Annotated[Path, typer.Argument(
         help="a run archive (.json or .json.gz)")]) -> None:
     """Recompute every summary from the raw samples; exit 1 on any mismatch."""

@@ -24,7 +24,8 @@ class Table:
     """A plain table. ``compact`` names the columns a terminal shows by default (None: all;
     ``--wide`` shows all); the first ``keys`` columns identify a row and are repeated when
     a table too wide for the terminal is shown in parts; ``wrap`` names the columns whose
-    text may wrap at its spaces (every other cell -- names, numbers -- stays whole)."""
+    text may wrap at its spaces (every other cell -- names, numbers -- stays whole);
+    ``left`` the columns aligned left (the rest, numbers, align right)."""
 
     title: str
     headers: list[str]
@@ -32,6 +33,7 @@ class Table:
     compact: list[int] | None = None
     keys: int = 1
     wrap: set[int] = field(default_factory=set)
+    left: set[int] = field(default_factory=lambda: {0})
 
 
 def _pct(x: float | None, signed: bool = True) -> str:
@@ -305,7 +307,7 @@ class Fitted:
             for i, w in zip(columns, widths, strict=True):
                 # Headers wrap; a name or number cell never needs to (its column is at
                 # least as wide as the widest of them).
-                rt.add_column(Text(t.headers[i]), justify="left" if i == 0 else "right",
+                rt.add_column(Text(t.headers[i]), justify="left" if i in t.left else "right",
                               width=w, overflow="fold")
             for row in t.rows:
                 style = None if verdict is None else VERDICT_STYLE.get(row[verdict].split()[0])
