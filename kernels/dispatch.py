@@ -13,8 +13,9 @@ The rule, per call, for a table:
   the split route (past the bound, in the unmeasured gap before ``stops_at``, and
   everywhere when the smallest width measured was already not faster);
 - a call whose shape the table does not list takes the split route;
-- where several listed geometries match a call (they differ only in layout: packed,
-  batch), the fused route only if every one of them says so.
+- where several listed geometries match a call (they differ only in layout: in place or
+  not, packed, batch, which calls are not matched on), the fused route only if every one
+  of them says so.
 
 Without a table every call takes the fused route (the committed H200 archives show no
 crossover). The two routes are bit-identical, so the choice changes time, never results.
@@ -32,9 +33,10 @@ from .split import qk_norm_rope_split
 
 KIND = "qkbench.dispatch"
 VERSION = 1
-# The entries' shape keys a call is matched on (what the op's arguments determine).
+# The entries' shape keys a call is matched on: what the op's arguments determine, its
+# layout aside (in place or not, packed, batch).
 MATCH_KEYS = ("heads_q", "heads_k", "head_dim", "rotary_dim", "dtype", "style",
-              "weight_mode", "mrope_section", "mrope_layout", "inplace")
+              "weight_mode", "mrope_section", "mrope_layout")
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,8 @@ class Entry:
 
 def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = None,
                style: str = "neox", weight_mode: str = "plain",
-               mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned",
-               inplace: bool = True) -> tuple[dict, int]:
+               mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned"
+               ) -> tuple[dict, int]:
     """A call's shape key (``MATCH_KEYS``) and its token count (every leading dim)."""
     if q.dim() < 2 or k.dim() < 2:
         raise ValueError(f"q and k must be [..., H, D], got {tuple(q.shape)} and "
@@ -68,7 +70,7 @@ def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = Non
            "rotary_dim": rotary_dim or head_dim, "dtype": str(q.dtype).removeprefix("torch."),
            "style": style, "weight_mode": weight_mode,
            "mrope_section": None if mrope_section is None else list(mrope_section),
-           "mrope_layout": mrope_layout, "inplace": inplace}
+           "mrope_layout": mrope_layout}
     tokens = q.numel() // (heads_q * head_dim) if heads_q * head_dim else 0
     return key, tokens
 
@@ -98,11 +100,11 @@ class DispatchTable:
 
     def route(self, q: torch.Tensor, k: torch.Tensor, **options) -> str:
         """``"fused"`` or ``"split"`` for a call with these tensors and options (the op's
-        keyword arguments: rotary_dim, style, weight_mode, mrope_section, mrope_layout,
-        inplace; others are ignored)."""
+        keyword arguments: rotary_dim, style, weight_mode, mrope_section, mrope_layout;
+        others are ignored)."""
         wanted = {name: options[name] for name in
-                  ("rotary_dim", "style", "weight_mode", "mrope_section", "mrope_layout",
-                   "inplace") if name in options}
+                  ("rotary_dim", "style", "weight_mode", "mrope_section", "mrope_layout")
+                  if name in options}
         key, tokens = call_shape(q, k, **wanted)
         matching = [e for e in self.entries if e.matches(key)]
         return "fused" if matching and all(e.fused_at(tokens) for e in matching) else "split"

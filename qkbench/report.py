@@ -266,34 +266,57 @@ class Fitted:
         return max(body, cell_len(t.headers[i])), body, max([1, *map(cell_len, words)])
 
     def _parts(self, width: int) -> list[list[int]]:
+        """The columns of each part: all of them in one table if they fit (wrapping what
+        may wrap); else parts packed at their columns' natural widths, each repeating the
+        key columns."""
         needs = {i: self._needs(i) for i in self.columns}
         if sum(n[2] for n in needs.values()) + self._overhead(len(needs)) <= width:
             return [self.columns]
         keys = [i for i in self.columns if i < self.table.keys]
+
+        def fits(part: list[int], least: bool) -> bool:
+            return sum(needs[j][2 if least else 0] for j in part) + self._overhead(
+                len(part)) <= width
+
         parts, part = [], list(keys)
         for i in self.columns:
             if i in keys:
                 continue
-            trial = [*part, i]
-            fits = sum(needs[j][2] for j in trial) + self._overhead(len(trial)) <= width
-            if not fits and len(part) > len(keys):
+            if not fits([*part, i], least=False) and len(part) > len(keys):
                 parts.append(part)
-                trial = [*keys, i]
-            part = trial
+                part = list(keys)
+            part.append(i)
         return [*parts, part]
 
     def _widths(self, columns: list[int], width: int) -> list[int] | None:
-        """Explicit widths when the natural ones do not fit: each column's least; then the
-        room left lets whole columns' cells reach one line, the nearest first (an interval
-        before a long verdict); then the headers."""
+        """Explicit widths when the natural ones do not fit: each column's least; then
+        steps that put a whole column's cells, or its header, on one line, those that save
+        the most wrapped lines per character first (an interval wrapped on every row
+        before a header, a header before a verdict long on a few rows); then what room is
+        left to the columns still short of their natural width."""
         needs = [self._needs(i) for i in columns]
         room = width - self._overhead(len(columns))
         if sum(n[0] for n in needs) <= room:
             return None
         widths = [n[2] for n in needs]
-        for goal in (1, 0):
-            for j in sorted(range(len(widths)), key=lambda j: needs[j][goal] - widths[j]):
-                widths[j] += max(0, min(needs[j][goal] - widths[j], room - sum(widths)))
+
+        def saved(j: int, goal: int) -> int:
+            """Lines saved by widening column j to ``goal`` (at least one)."""
+            i = columns[j]
+            texts = [row[i] for row in self.table.rows] + [self.table.headers[i]]
+            return max(1, sum(widths[j] < cell_len(t) <= goal for t in texts))
+
+        while True:
+            steps = [((goal - widths[j]) / saved(j, goal), goal - widths[j], j)
+                     for j, n in enumerate(needs)
+                     for goal in [min((g for g in n[:2] if g > widths[j]), default=None)]
+                     if goal is not None and goal - widths[j] <= room - sum(widths)]
+            if not steps:
+                break
+            _, step, j = min(steps)
+            widths[j] += step
+        for j in sorted(range(len(widths)), key=lambda j: widths[j] - needs[j][0]):
+            widths[j] += max(0, min(needs[j][0] - widths[j], room - sum(widths)))
         return widths
 
     def render(self, width: int) -> list[RichTable]:
