@@ -136,3 +136,13 @@ def test_plot_into_a_file_fails_in_one_line(tmp_path):
                                       "--plot", str(blocker)])
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: {blocker}: cannot write")
+
+
+def test_report_cli_is_compact_by_default_and_wide_on_request(smoke_sweep):
+    path, _ = smoke_sweep
+    compact = CliRunner().invoke(app, ["report", str(path)])
+    wide = CliRunner().invoke(app, ["report", str(path), "--wide"])
+    assert compact.exit_code == wide.exit_code == 0
+    assert "cand. share of copy BW" not in compact.stdout
+    assert "cand. share of copy BW" in wide.stdout
+    assert "tiny-4x2" in compact.stdout and "tiny-4x2" in wide.stdout
