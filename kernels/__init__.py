@@ -4,6 +4,7 @@ Usable on their own; nothing here imports the harness.
 """
 
 from . import reference
+from .dispatch import qk_norm_rope_auto as qk_norm_rope_auto  # tables: dispatch.DispatchTable
 from .fused import qk_norm_rope
 from .plan import TilePlan
 from .rms_norm import rms_norm

@@ -253,7 +253,7 @@ def calibrate(
                 runs[kind] = _swept(p, dev, path)
                 err.print(f"archive ({kind}): {path}", highlight=False, soft_wrap=True)
         result = calibration.summarize(runs["aa"], runs["planted"])
-        out.print(report.rich_table(report.calibration_table(result)))
+        out.print(report.Fitted(report.calibration_table(result)))
         line = calibration.summary_line(result)
         if result["false_verdicts"] or result["wrong_sign"]:
             raise QkbenchError(line)
@@ -267,24 +267,89 @@ def report_cmd(
     archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
     format: Annotated[str, typer.Option(
         help="rich, markdown or json (the run's header and its summary)")] = "rich",
+    wide: Annotated[bool, typer.Option(
+        help="rich: every column of the per-cell table (kept, width, copy, share of copy "
+             "bandwidth), not only geometry, T, times, delta, interval and verdict")] = False,
+    plot: Annotated[Path | None, typer.Option(
+        help="also write PNGs into this directory: per comparison, delta, per-call time "
+             "and bandwidth against T, named after the archive, same names replaced "
+             "(default: no plots)",
+        show_default=False)] = None,
 ) -> None:
-    """Render an archive's summary."""
+    """Render an archive's summary (and, with --plot, its pictures)."""
     try:
         from qkbench import archive as archives
         from qkbench import report
 
+        if format not in ("rich", "markdown", "json"):
+            raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
         run = archives.read(archive)
         if format == "rich":
-            out.print(report.as_rich(run))
+            out.print(report.as_rich(run, wide=wide))
         elif format == "markdown":
             typer.echo(report.as_markdown(run), nl=False)
-        elif format == "json":
+        else:
             typer.echo(json.dumps({"header": report.header(run), "summary": run["summary"]},
                                   indent=1))
-        else:
-            raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
+        if plot is not None:
+            from qkbench.plots import archive_stem
+            from qkbench.plots import plot as draw
+
+            try:
+                written = draw(run, plot, prefix=archive_stem(archive))
+            except OSError as e:
+                raise QkbenchError(f"{plot}: cannot write the plots "
+                                   f"({e.strerror or e})") from None
+            for path in written:
+                err.print(f"plot: {path}", highlight=False, soft_wrap=True)
     except QkbenchError as e:
         _fail(e)
+
+
+@app.command()
+def crossover(
+    archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
+    emit: Annotated[Path | None, typer.Option(
+        help="write the dispatch table here as JSON (qkbench.kernels.dispatch.DispatchTable "
+             "loads it; a file of that name is replaced) (default: print only)",
+        show_default=False)] = None,
+    candidate: Annotated[str | None, typer.Option(
+        help="the comparison's candidate route (default: the run's only one)",
+        show_default=False)] = None,
+) -> None:
+    """Per geometry, the width through which the candidate is resolvably faster, and the
+    dispatch that follows from it."""
+    try:
+        from qkbench import archive as archives
+        from qkbench import crossover as cross
+        from qkbench.report import Fitted, Table
+
+        run = archives.read(archive)
+        table = cross.dispatch_table(run, candidate, source=str(archive))
+    except QkbenchError as e:
+        _fail(e)
+    source = table["source"]
+    shown = Table(f"{table['baseline']} -> {table['candidate']}: crossover per geometry "
+                  f"(protocol {source['protocol']['name']}, {source['gpu'] or source['device']}"
+                  f", commit {(source['commit'] or 'unknown')[:12]})",
+                  ["geometry", "shape", "faster through T", "stops at T", "dispatch"],
+                  wrap={1, 4}, left={0, 1, 4})
+    for e in table["geometries"]:
+        s = e["shape"]
+        shown.rows.append([e["geometry"],
+                           f"({s['heads_q']},{s['heads_k']})x{s['head_dim']}/r{s['rotary_dim']} "
+                           f"{s['dtype']}",
+                           "-" if e["fused_through"] is None else str(e["fused_through"]),
+                           "none in range" if e["censored"] else
+                           "-" if e["stops_at"] is None else str(e["stops_at"]),
+                           cross.describe(e)])
+    out.print(Fitted(shown, list(range(len(shown.headers)))))
+    if emit is not None:
+        try:
+            cross.write(emit, table)
+        except QkbenchError as e:
+            _fail(e)
+        err.print(f"dispatch table: {emit}", highlight=False, soft_wrap=True)
 
 
 @app.command()

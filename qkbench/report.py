@@ -2,7 +2,8 @@
 
 from dataclasses import dataclass, field
 
-from rich.console import Group
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -20,9 +21,19 @@ VERDICT_STYLE = {"faster": "green", "slower": "red", "invalid route": "bold red"
 
 @dataclass
 class Table:
+    """A plain table. ``compact`` names the columns a terminal shows by default (None: all;
+    ``--wide`` shows all); the first ``keys`` columns identify a row and are repeated when
+    a table too wide for the terminal is shown in parts; ``wrap`` names the columns whose
+    text may wrap at its spaces (every other cell -- names, numbers -- stays whole);
+    ``left`` the columns aligned left (the rest, numbers, align right)."""
+
     title: str
     headers: list[str]
     rows: list[list[str]] = field(default_factory=list)
+    compact: list[int] | None = None
+    keys: int = 1
+    wrap: set[int] = field(default_factory=set)
+    left: set[int] = field(default_factory=lambda: {0})
 
 
 def _pct(x: float | None, signed: bool = True) -> str:
@@ -113,7 +124,8 @@ def tables(archive: dict) -> list[Table]:
                       f"its coverage of the median delta; width = worst kept |null|)",
                       ["geometry", "T", "kept", f"{comp['baseline']} us",
                        f"{comp['candidate']} us", "delta", cover, "width", "verdict",
-                       "copy us", "cand. share of copy BW"])
+                       "copy us", "cand. share of copy BW"],
+                      compact=[0, 1, 3, 4, 5, 6, 8], keys=2, wrap={6, 8, 10})
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
             bw = c.get("bandwidth", {}).get("candidate", {})
@@ -125,14 +137,14 @@ def tables(archive: dict) -> list[Table]:
         out.append(cases)
         if comp["bands"]:
             bands = Table(f"{name}: bands", ["band", "cells", "median", "best", "worst",
-                                             "faster", "unstable"])
+                                             "faster", "unstable"], wrap={0})
             for b in comp["bands"]:
                 bands.rows.append([b["name"], str(b["cells"]), _pct(b["median"]),
                                    _pct(b["best"]), _pct(b["worst"]),
                                    f"{b['faster']}/{b['cells']}", str(b["unstable"])])
             out.append(bands)
         cross = Table(f"{name}: crossover (a cell without a verdict ends the run)",
-                      ["geometry", "faster through T", "stops at T"])
+                      ["geometry", "faster through T", "stops at T"], wrap={2})
         for g, x in comp["crossover"].items():
             stop = ("no crossover in range" if x["censored"] else _num(x["stops_at"], "d"))
             cross.rows.append([g, _num(x["faster_through"], "d"), stop])
@@ -228,37 +240,115 @@ def not_supported(archive: dict) -> list[str]:
             for (base, cand, key), why in sorted(unsupported_cells(archive).items())]
 
 
-def rich_table(table: Table) -> RichTable:
-    """A table for a terminal: the first column left, the numbers right, verdicts coloured."""
-    rt = RichTable(title=table.title, title_justify="left")
-    for i, h in enumerate(table.headers):
-        rt.add_column(h, justify="left" if i == 0 else "right")
-    verdict = table.headers.index("verdict") if "verdict" in table.headers else None
-    for row in table.rows:
-        style = None if verdict is None else VERDICT_STYLE.get(row[verdict].split()[0])
-        rt.add_row(*row, style=style)
-    return rt
+class Fitted:
+    """A table drawn so that no name or number is ever cut, whatever the width.
+
+    At its natural width when that fits; else its wrappable columns (words: verdicts,
+    intervals, headers) wrap at their spaces down to their longest word; and when even that
+    is too wide, the table is shown in parts, each repeating the key columns. Names and
+    numbers are never shortened to "..." (rich's default when it squeezes a table).
+    """
+
+    def __init__(self, table: Table, columns: list[int] | None = None):
+        self.table = table
+        self.columns = list(range(len(table.headers))) if columns is None else columns
+
+    def _overhead(self, n: int) -> int:
+        return 3 * n - 1  # a border between columns, padding 1 + 1 around each (no edges)
+
+    def _needs(self, i: int) -> tuple[int, int, int]:
+        """Column ``i``'s natural width, its cells' natural width (the header aside) and
+        the least it can take without cutting a word."""
+        t = self.table
+        cells = [row[i] for row in t.rows]
+        body = max([1, *map(cell_len, cells)])
+        words = t.headers[i].split() + ([w for c in cells for w in c.split()]
+                                         if i in t.wrap else cells)
+        return max(body, cell_len(t.headers[i])), body, max([1, *map(cell_len, words)])
+
+    def _parts(self, width: int) -> list[list[int]]:
+        """The columns of each part: all of them in one table if they fit (wrapping what
+        may wrap); else parts packed at their columns' natural widths, each repeating the
+        key columns."""
+        needs = {i: self._needs(i) for i in self.columns}
+        if sum(n[2] for n in needs.values()) + self._overhead(len(needs)) <= width:
+            return [self.columns]
+        keys = [i for i in self.columns if i < self.table.keys]
+
+        def fits(part: list[int], least: bool) -> bool:
+            return sum(needs[j][2 if least else 0] for j in part) + self._overhead(
+                len(part)) <= width
+
+        parts, part = [], list(keys)
+        for i in self.columns:
+            if i in keys:
+                continue
+            if not fits([*part, i], least=False) and len(part) > len(keys):
+                parts.append(part)
+                part = list(keys)
+            part.append(i)
+        return [*parts, part]
+
+    def _widths(self, columns: list[int], width: int) -> list[int] | None:
+        """Explicit widths when the natural ones do not fit: each column's least; then
+        steps that put a whole column's cells, or its header, on one line, those that save
+        the most wrapped lines per character first (an interval wrapped on every row
+        before a header, a header before a verdict long on a few rows); then what room is
+        left to the columns still short of their natural width."""
+        needs = [self._needs(i) for i in columns]
+        room = width - self._overhead(len(columns))
+        if sum(n[0] for n in needs) <= room:
+            return None
+        widths = [n[2] for n in needs]
+
+        def saved(j: int, goal: int) -> int:
+            """Lines saved by widening column j to ``goal`` (at least one)."""
+            i = columns[j]
+            texts = [row[i] for row in self.table.rows] + [self.table.headers[i]]
+            return max(1, sum(widths[j] < cell_len(t) <= goal for t in texts))
+
+        while True:
+            steps = [((goal - widths[j]) / saved(j, goal), goal - widths[j], j)
+                     for j, n in enumerate(needs)
+                     for goal in [min((g for g in n[:2] if g > widths[j]), default=None)]
+                     if goal is not None and goal - widths[j] <= room - sum(widths)]
+            if not steps:
+                break
+            _, step, j = min(steps)
+            widths[j] += step
+        for j in sorted(range(len(widths)), key=lambda j: widths[j] - needs[j][0]):
+            widths[j] += max(0, min(needs[j][0] - widths[j], room - sum(widths)))
+        return widths
+
+    def render(self, width: int) -> list[RichTable]:
+        t = self.table
+        verdict = t.headers.index("verdict") if "verdict" in t.headers else None
+        out = []
+        for n, columns in enumerate(self._parts(width)):
+            title = t.title if n == 0 else f"{t.title} (continued)"
+            rt = RichTable(title=Text(title), title_justify="left", show_edge=False)
+            widths = self._widths(columns, width) or [None] * len(columns)
+            for i, w in zip(columns, widths, strict=True):
+                # Headers wrap; a name or number cell never needs to (its column is at
+                # least as wide as the widest of them).
+                rt.add_column(Text(t.headers[i]), justify="left" if i in t.left else "right",
+                              width=w, overflow="fold")
+            for row in t.rows:
+                style = None if verdict is None else VERDICT_STYLE.get(row[verdict].split()[0])
+                rt.add_row(*(Text(row[i]) for i in columns), style=style)
+            out.append(rt)
+        return out
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from self.render(options.max_width)
 
 
-def calibration_table(result: dict) -> Table:
-    """Per case: the A/A verdict, and each planted effect's estimate and verdict."""
-    sizes = [p["nominal"] for p in result["cases"][0]["planted"]] if result["cases"] else []
-    table = Table(f"calibrate {result['route']}: A/A ({result['route']} against itself) and "
-                  "planted effects (+1/N of its own work)",
-                  ["geometry", "T", "A/A delta", "A/A width", "A/A verdict",
-                   *(f"planted {_pct(x)}" for x in sizes), "smallest resolved"])
-    for c in result["cases"]:
-        aa = c["aa"] or {}
-        table.rows.append([c["geometry"], str(c["tokens"]), _pct(aa.get("estimate")),
-                           _pct(aa.get("width"), False), aa.get("verdict", "-"),
-                           *(f"{_pct(p['estimate'])} {p['verdict']}" for p in c["planted"]),
-                           _pct(c["smallest_resolved"]) if c["smallest_resolved"] else "none"])
-    return table
-
-
-def as_rich(archive: dict) -> Group:
+def as_rich(archive: dict, wide: bool = False) -> Group:
+    """The report for a terminal: the compact per-cell columns (geometry, T, times, delta,
+    interval, verdict), or every column when ``wide``; never a cut name or number."""
     parts = [Text(line) for line in header_lines(archive)]
-    parts += [rich_table(table) for table in tables(archive)]
+    for table in tables(archive):
+        parts.append(Fitted(table, None if wide else table.compact))
     parts += [Text(line) for line in comparison_lines(archive) + not_supported(archive)]
     parts += [Text(line, style="red") for line in failures(archive)]
     return Group(*parts)
@@ -273,3 +363,20 @@ def as_markdown(archive: dict) -> str:
     out += [""] + [f"- {line}" for line in
                    comparison_lines(archive) + not_supported(archive) + failures(archive)]
     return "\n".join(out) + "\n"
+
+
+def calibration_table(result: dict) -> Table:
+    """Per case: the A/A verdict, and each planted effect's estimate and verdict."""
+    sizes = [p["nominal"] for p in result["cases"][0]["planted"]] if result["cases"] else []
+    table = Table(f"calibrate {result['route']}: A/A ({result['route']} against itself) and "
+                  "planted effects (+1/N of its own work)",
+                  ["geometry", "T", "A/A delta", "A/A width", "A/A verdict",
+                   *(f"planted {_pct(x)}" for x in sizes), "smallest resolved"],
+                  keys=2, wrap={4, *range(5, 5 + len(sizes))})
+    for c in result["cases"]:
+        aa = c["aa"] or {}
+        table.rows.append([c["geometry"], str(c["tokens"]), _pct(aa.get("estimate")),
+                           _pct(aa.get("width"), False), aa.get("verdict", "-"),
+                           *(f"{_pct(p['estimate'])} {p['verdict']}" for p in c["planted"]),
+                           _pct(c["smallest_resolved"]) if c["smallest_resolved"] else "none"])
+    return table

@@ -11,7 +11,10 @@ label, the work its launches declare and its place in the sequence,
                 * (1 + noise * N(0, 1)),
 
 where ``work`` is the mean ``work`` attribute of the arm's launches (1 for a plain route,
-1 + 1/N for a route with a planted extra call every N launches).
+1 + 1/N for a route with a planted extra call every N launches), and B's base is
+``base * (1 + effect)``, or ``base * (1 + case_effects[k])`` for the k-th comparison timed
+in a pass (a per-case effect: with one candidate and no replacement passes, k is the
+case's index in the protocol, geometries outer, tokens inner).
 with seeded noise, so every run of a test sees the same numbers. The pass index comes
 from the runner's ``pass_started`` event: sweep with ``events=backend.events()``.
 """
@@ -39,7 +42,7 @@ class SyntheticBackend(Backend):
                  order_null_bias: dict[tuple[str, ...], float] | None = None,
                  noise: float = 1e-4, after_sync: float = 0.0,
                  card: dict[int, dict] | None = None, base: float = BASE_SECONDS,
-                 seed: int = 0):
+                 case_effects: Sequence[float] | None = None, seed: int = 0):
         """``effect``: B's true time is ``base * (1 + effect)``. ``first_bias``: the arm
         sampled first in a pass is that much slower, if its label is in ``first_biased``.
         ``drift``: the clock slows linearly by that share over a sequence. ``null_bias``:
@@ -50,7 +53,8 @@ class SyntheticBackend(Backend):
         synchronisation of each comparison in that pass, e.g. a lower SM clock or a
         throttle reason; otherwise a steady 1980 MHz. ``after_sync``: how much slower a
         sample is right after a host synchronisation. ``noise``: relative standard
-        deviation of each sample."""
+        deviation of each sample. ``case_effects``: B's true effect for the k-th comparison
+        timed in each pass, in place of ``effect`` (see the module's docstring)."""
         self.seconds = {"A": base, "A'": base, "B": base * (1 + effect), **REFERENCE_SECONDS}
         self.first_bias = first_bias
         self.first_biased = frozenset(first_biased)
@@ -60,6 +64,7 @@ class SyntheticBackend(Backend):
         self.card = dict(card or {})
         self.noise = noise
         self.after_sync = after_sync
+        self.case_effects = None if case_effects is None else list(case_effects)
         self.seed = seed
         self.pass_index: int | None = None
         self.calls = 0
@@ -77,21 +82,26 @@ class SyntheticBackend(Backend):
 
     def run(self, arms: Sequence[tuple[str, float]], sequence: Sequence[int],
             sync_after: Sequence[int]) -> Timed:
-        if self.null_bias and self.pass_index is None:
-            raise RuntimeError("null_bias needs the pass index: sweep with events=backend.events()")
+        if (self.null_bias or self.case_effects is not None) and self.pass_index is None:
+            raise RuntimeError("null_bias and case_effects need the pass index: sweep with "
+                               "events=backend.events()")
         rng = np.random.default_rng([self.seed, self.calls])
         self.calls += 1
         first = sequence[0]
         order = tuple(label for label, _ in arms)
         planted = self.order_null_bias.get(order, 0.0) + self.null_bias.get(self.pass_index, 0.0)
+        seconds_of = self.seconds
         if len(arms) == 3:
             planted += self.null_bias.get((self.pass_index, self.comparisons), 0.0)
+            if self.case_effects is not None:
+                b = self.seconds["A"] * (1 + self.case_effects[self.comparisons])
+                seconds_of = {**self.seconds, "B": b}
             self.comparisons += 1
         seconds = []
         synced = {p + 1 for p in sync_after}
         for position, arm in enumerate(sequence):
             label, work = arms[arm]
-            t = self.seconds.get(label, BASE_SECONDS) * work
+            t = seconds_of.get(label, BASE_SECONDS) * work
             if arm == first and label in self.first_biased:
                 t *= 1 + self.first_bias
             if label == "A'":

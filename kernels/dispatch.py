@@ -1,0 +1,127 @@
+"""The dispatch: the fused route or the split route per call, from a measured table.
+
+A table is what ``qkbench crossover RUN --emit dispatch.json`` writes from a run that
+compared ``split`` (baseline) with ``fused`` (candidate): per geometry (its shape: heads,
+head_dim, rotary_dim, dtype and the op's options) the largest token count through which
+the fused route was resolvably faster (``fused_through``), where it stopped being so
+(``stops_at``) and whether the run ever saw it stop (``censored``: no crossover measured).
+
+The rule, per call, for a table:
+
+- a geometry the table lists takes the fused route when ``T <= fused_through``, or at any
+  ``T`` when the bound is censored (no crossover was measured: as without a table); else
+  the split route (past the bound, in the unmeasured gap before ``stops_at``, and
+  everywhere when the smallest width measured was already not faster);
+- a call whose shape the table does not list takes the split route;
+- where several listed geometries match a call (they differ only in layout: in place or
+  not, packed, batch, which calls are not matched on), the fused route only if every one
+  of them says so.
+
+Without a table every call takes the fused route (the committed H200 archives show no
+crossover). The two routes are bit-identical, so the choice changes time, never results.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .fused import qk_norm_rope
+from .split import qk_norm_rope_split
+
+KIND = "qkbench.dispatch"
+VERSION = 1
+# The entries' shape keys a call is matched on: what the op's arguments determine, its
+# layout aside (in place or not, packed, batch).
+MATCH_KEYS = ("heads_q", "heads_k", "head_dim", "rotary_dim", "dtype", "style",
+              "weight_mode", "mrope_section", "mrope_layout")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One geometry of a table: its shape and where the fused route stops winning."""
+
+    geometry: str
+    shape: dict
+    fused_through: int | None
+    censored: bool
+
+    def matches(self, key: dict) -> bool:
+        return all(self.shape[k] == key[k] for k in MATCH_KEYS if k in self.shape)
+
+    def fused_at(self, tokens: int) -> bool:
+        if self.fused_through is None:
+            return False
+        return self.censored or tokens <= self.fused_through
+
+
+def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = None,
+               style: str = "neox", weight_mode: str = "plain",
+               mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned"
+               ) -> tuple[dict, int]:
+    """A call's shape key (``MATCH_KEYS``) and its token count (every leading dim)."""
+    if q.dim() < 2 or k.dim() < 2:
+        raise ValueError(f"q and k must be [..., H, D], got {tuple(q.shape)} and "
+                         f"{tuple(k.shape)}")
+    heads_q, head_dim = q.shape[-2], q.shape[-1]
+    key = {"heads_q": heads_q, "heads_k": k.shape[-2], "head_dim": head_dim,
+           "rotary_dim": rotary_dim or head_dim, "dtype": str(q.dtype).removeprefix("torch."),
+           "style": style, "weight_mode": weight_mode,
+           "mrope_section": None if mrope_section is None else list(mrope_section),
+           "mrope_layout": mrope_layout}
+    tokens = q.numel() // (heads_q * head_dim) if heads_q * head_dim else 0
+    return key, tokens
+
+
+class DispatchTable:
+    """A loaded dispatch table: ``route(q, k, **options)`` says "fused" or "split"."""
+
+    def __init__(self, data: dict):
+        if not isinstance(data, dict) or data.get("kind") != KIND:
+            raise ValueError(f"not a dispatch table: kind must be {KIND!r}, got "
+                             f"{data.get('kind') if isinstance(data, dict) else data!r}")
+        if data.get("version") != VERSION:
+            raise ValueError(f"dispatch table version {data.get('version')!r} is not "
+                             f"supported (this reads {VERSION})")
+        routes = (data.get("baseline"), data.get("candidate"))
+        if routes != ("split", "fused"):
+            raise ValueError(f"a dispatch table must compare split (baseline) with fused "
+                             f"(candidate), this one compares {routes[0]} with {routes[1]}")
+        self.data = data
+        self.entries = [Entry(e["geometry"], dict(e["shape"]), e["fused_through"],
+                              bool(e["censored"])) for e in data["geometries"]]
+
+    @classmethod
+    def load(cls, path: str | Path) -> "DispatchTable":
+        with open(path) as f:
+            return cls(json.load(f))
+
+    def route(self, q: torch.Tensor, k: torch.Tensor, **options) -> str:
+        """``"fused"`` or ``"split"`` for a call with these tensors and options (the op's
+        keyword arguments: rotary_dim, style, weight_mode, mrope_section, mrope_layout;
+        others are ignored)."""
+        wanted = {name: options[name] for name in
+                  ("rotary_dim", "style", "weight_mode", "mrope_section", "mrope_layout")
+                  if name in options}
+        key, tokens = call_shape(q, k, **wanted)
+        matching = [e for e in self.entries if e.matches(key)]
+        return "fused" if matching and all(e.fused_at(tokens) for e in matching) else "split"
+
+
+def qk_norm_rope_auto(
+    q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+    positions: torch.Tensor, cos_sin_cache: torch.Tensor, *,
+    dispatch: DispatchTable | None = None, **options,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``qk_norm_rope`` (one launch) or ``qk_norm_rope_split`` (three), as ``dispatch``
+    says for this call's shape and token count; the fused route without a table.
+
+    Same arguments and contract as ``qk_norm_rope`` (``options``: eps, rotary_dim, style,
+    weight_mode, mrope_section, mrope_layout, inplace, q_out, k_out, check_positions); the
+    two routes are bit-identical, so only the time differs.
+    """
+    route = "fused" if dispatch is None else dispatch.route(q, k, **options)
+    op = qk_norm_rope if route == "fused" else qk_norm_rope_split
+    return op(q, k, q_weight, k_weight, positions, cos_sin_cache, **options)

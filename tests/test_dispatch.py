@@ -1,0 +1,214 @@
+"""The dispatch, emitted: a run's crossover per geometry as a table, and the op that
+follows it (``qk_norm_rope_auto``), exact on both sides of every bound."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from qkbench import crossover, runner
+from qkbench.case import Case, make_inputs
+from qkbench.cli import app
+from qkbench.errors import QkbenchError
+from qkbench.protocol import parse
+
+from conftest import interpreter_only
+from synthetic import SyntheticBackend
+
+# Two geometries whose fused route stops winning at different widths: "early" is faster
+# at T = 1 only, "late" through T = 2; "always" never stops (a censored bound).
+PROTOCOL = """
+name = "crossing"
+routes = ["split", "fused"]
+tokens = [1, 2, 4]
+max_position = 64
+
+[timing]
+passes = 6
+warmup = 0
+samples = 5
+inner_reps = 1
+isolation = "inprocess"
+
+[[geometry]]
+name = "early-2x1"
+heads_q = 2
+heads_k = 1
+head_dim = 32
+
+[[geometry]]
+name = "late-4x2"
+heads_q = 4
+heads_k = 2
+head_dim = 32
+rotary_dim = 16
+
+[[geometry]]
+name = "always-2x2"
+heads_q = 2
+heads_k = 2
+head_dim = 32
+"""
+FASTER, SLOWER = -0.30, 0.10
+# The k-th comparison of a pass is case k: geometries outer, tokens inner.
+EFFECTS = [FASTER, SLOWER, SLOWER,   # early-2x1: T = 1, 2, 4
+           FASTER, FASTER, SLOWER,   # late-4x2
+           FASTER, FASTER, FASTER]   # always-2x2
+H200 = Path(__file__).parent.parent / "results" / "h200"
+
+
+@pytest.fixture(scope="module")
+def crossing(tmp_path_factory) -> tuple[Path, dict]:
+    """A synthetic run in process (the real manager, worker, verification and summary; a
+    model clock with a per-case effect): its archive path and the archive."""
+    backend = SyntheticBackend(case_effects=EFFECTS)
+    path = tmp_path_factory.mktemp("crossing") / "crossing.json"
+    archive = runner.sweep(parse(PROTOCOL), torch.device("cpu"), path, backend=backend,
+                           events=backend.events())
+    return path, archive
+
+
+@pytest.fixture(scope="module")
+def table(crossing) -> dict:
+    path, archive = crossing
+    return crossover.dispatch_table(archive, source=str(path))
+
+
+def by_name(table: dict) -> dict[str, dict]:
+    return {e["geometry"]: e for e in table["geometries"]}
+
+
+@interpreter_only
+def test_the_table_holds_each_geometrys_own_crossing(table):
+    entries = by_name(table)
+    assert {g: (e["fused_through"], e["stops_at"], e["censored"]) for g, e in entries.items()} == {
+        "early-2x1": (1, 2, False), "late-4x2": (2, 4, False), "always-2x2": (4, None, True)}
+    assert [m["verdict"] for m in entries["late-4x2"]["measured"]] == ["faster", "faster",
+                                                                        "slower"]
+
+
+@interpreter_only
+def test_the_table_names_its_shapes_and_where_it_came_from(table, crossing):
+    path, archive = crossing
+    late = by_name(table)["late-4x2"]["shape"]
+    assert {k: late[k] for k in ("heads_q", "heads_k", "head_dim", "rotary_dim", "dtype")} == {
+        "heads_q": 4, "heads_k": 2, "head_dim": 32, "rotary_dim": 16, "dtype": "bfloat16"}
+    assert (table["kind"], table["baseline"], table["candidate"]) == (
+        "qkbench.dispatch", "split", "fused")
+    source = table["source"]
+    assert source["archive"] == str(path)
+    assert source["protocol"]["name"] == "crossing"
+    assert source["protocol"]["sha256"] == archive["protocol"]["sha256"]
+    assert (source["device"], source["commit"]) == (
+        "cpu", archive["environment"]["code"]["commit"])
+
+
+@interpreter_only
+def test_crossover_cli_prints_each_geometry_and_emits_the_table(crossing, table, tmp_path):
+    path, _ = crossing
+    out = tmp_path / "dispatch.json"
+    result = CliRunner().invoke(app, ["crossover", str(path), "--emit", str(out)])
+    assert result.exit_code == 0, result.output
+    for line in ("fused for T <= 1, split above (stops at T = 2)",
+                 "fused for T <= 2, split above (stops at T = 4)",
+                 "fused everywhere (no crossover up to T = 4: censored)"):
+        assert line in result.stdout
+    assert result.stderr.strip() == f"dispatch table: {out}"
+    assert json.loads(out.read_text()) == json.loads(json.dumps(table))
+
+
+def test_a_run_of_several_candidates_needs_one_named():
+    summary = {"comparisons": [{"candidate": "fused"}, {"candidate": "peer:liger"}]}
+    with pytest.raises(QkbenchError, match=r"compares 2 candidates .*--candidate"):
+        crossover.comparison(summary, None)
+    assert crossover.comparison(summary, "peer:liger") == {"candidate": "peer:liger"}
+    with pytest.raises(QkbenchError, match="no comparison with candidate 'eager'"):
+        crossover.comparison(summary, "eager")
+
+
+def test_the_h200_prefill_table_marks_its_censored_bounds():
+    from qkbench import archive
+
+    entries = by_name(crossover.dispatch_table(archive.read(H200 / "2026-12-03-prefill.json")))
+    assert (entries["qwen3-32x8"]["fused_through"], entries["qwen3-32x8"]["censored"]) == (
+        32768, True)
+    # Re-summarised by today's rules its T = 2048 cell is unstable: no verdict ends the run.
+    assert (entries["qwen3.5-16x2"]["fused_through"], entries["qwen3.5-16x2"]["stops_at"]) == (
+        None, 2048)
+
+
+# -- qk_norm_rope_auto -------------------------------------------------------------------
+
+
+def _geometry(name: str):
+    return next(g for g in parse(PROTOCOL).geometries if g.name == name)
+
+
+def _spy(monkeypatch) -> list[str]:
+    """Record which route each call of qk_norm_rope_auto took."""
+    from qkbench.kernels import dispatch
+
+    taken = []
+    for name, route in (("qk_norm_rope", "fused"), ("qk_norm_rope_split", "split")):
+        op = getattr(dispatch, name)
+
+        def spy(*args, _op=op, _route=route, **kwargs):
+            taken.append(_route)
+            return _op(*args, **kwargs)
+
+        monkeypatch.setattr(dispatch, name, spy)
+    return taken
+
+
+@interpreter_only
+@pytest.mark.parametrize(("geometry", "tokens", "route"), [
+    ("early-2x1", 1, "fused"), ("early-2x1", 2, "split"),
+    ("late-4x2", 2, "fused"), ("late-4x2", 3, "split"), ("late-4x2", 5, "split"),
+    ("always-2x2", 7, "fused"),
+], ids=["early-T1", "early-T2", "late-T2", "late-T3-gap", "late-T5", "censored-T7"])
+def test_auto_takes_the_tables_route_and_is_exact_on_both_sides(table, monkeypatch,
+                                                                 geometry, tokens, route):
+    from qkbench.kernels import qk_norm_rope, qk_norm_rope_auto, qk_norm_rope_split
+    from qkbench.kernels.dispatch import DispatchTable
+
+    inputs = make_inputs(Case(_geometry(geometry), tokens, max_position=64), 7, "cpu")
+    dispatch = DispatchTable(json.loads(json.dumps(table)))
+    taken = _spy(monkeypatch)
+    out = inputs.call(qk_norm_rope_auto, dispatch=dispatch, inplace=False)
+    assert taken == [route]
+    for op in (qk_norm_rope, qk_norm_rope_split):
+        for got, want in zip(out, inputs.call(op, inplace=False), strict=True):
+            assert torch.equal(got, want)
+
+
+@interpreter_only
+def test_auto_without_a_table_is_fused_and_a_shape_the_table_lacks_is_split(table,
+                                                                             monkeypatch):
+    from qkbench.kernels import qk_norm_rope_auto
+    from qkbench.kernels.dispatch import DispatchTable
+
+    taken = _spy(monkeypatch)
+    listed = make_inputs(Case(_geometry("early-2x1"), 4, max_position=64), 1, "cpu")
+    listed.call(qk_norm_rope_auto, inplace=False)
+    unlisted = make_inputs(Case(_geometry("early-2x1"), 1, dtype="float16", max_position=64),
+                           1, "cpu")
+    unlisted.call(qk_norm_rope_auto, dispatch=DispatchTable(table), inplace=False)
+    assert taken == ["fused", "split"]
+
+
+def test_a_table_of_another_comparison_or_kind_is_refused():
+    from qkbench.kernels.dispatch import DispatchTable
+
+    table = {"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
+             "candidate": "fused", "geometries": []}
+    assert DispatchTable(table).entries == []
+
+    with pytest.raises(ValueError, match=r"compare split .* with fused .* compares split with "
+                                          r"peer:liger"):
+        DispatchTable({**table, "candidate": "peer:liger"})
+    with pytest.raises(ValueError, match="not a dispatch table"):
+        DispatchTable({"kind": "qkbench.run"})
+    with pytest.raises(ValueError, match="version 2 is not supported"):
+        DispatchTable({**table, "version": 2})

@@ -1,0 +1,148 @@
+"""What a reader sees: tables that never cut a name or a number at 80 or 120 columns, and
+the plots (PNGs written, readable, not blank, one per expected picture)."""
+
+import re
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from qkbench import archive as archives
+from qkbench import report
+from qkbench.cli import app
+from qkbench.summary import current
+
+H200 = Path(__file__).parent.parent / "results" / "h200"
+# Unstable cells with long verdicts (text-decode), five-digit widths (prefill).
+ARCHIVES = ["2026-12-03-text-decode.json", "2026-12-03-prefill.json"]
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?%?")
+
+
+@pytest.fixture(scope="module", params=ARCHIVES, ids=["text-decode", "prefill"])
+def h200(request) -> dict:
+    return archives.read(H200 / request.param)
+
+
+def render(archive: dict, width: int, wide: bool) -> str:
+    console = Console(width=width, file=StringIO(), color_system=None)
+    console.print(report.as_rich(archive, wide=wide))
+    return console.file.getvalue()
+
+
+def cell_values(archive: dict, wide: bool) -> set[str]:
+    """Every name and number the per-cell table shows."""
+    (cells, *_) = report.tables(archive)
+    columns = range(len(cells.headers)) if wide else cells.compact
+    return {word for row in cells.rows for i in columns for word in row[i].split()
+            if i in (0, 1) or NUMBER.search(word)}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("wide", [False, True], ids=["compact", "wide"])
+def test_tables_keep_every_geometry_name_and_number_whole(h200, width, wide):
+    text = render(h200, width, wide)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    words = set(re.split(r"[\s│┃]+", text))
+    names = {c["geometry"] for comp in current(h200)["comparisons"] for c in comp["cases"]}
+    assert names <= words
+    # Every value of the per-cell table is printed whole (an interval may wrap at its
+    # space, so its two ends are checked as words).
+    assert cell_values(h200, wide) <= words
+
+
+def test_the_compact_table_fits_100_columns_with_its_seven_columns(h200):
+    (cells, *_) = report.tables(h200)
+    assert [cells.headers[i] for i in cells.compact] == [
+        "geometry", "T", "split us", "fused us", "delta", cells.headers[6], "verdict"]
+    lines = render(h200, 100, wide=False).splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("geometry"))
+    assert "split us" in header and "96.88% interval" in header
+
+
+def test_wide_shows_every_column_and_compact_does_not(h200):
+    assert "cand. share of" not in render(h200, 200, wide=False)
+    assert "cand. share of copy BW" in render(h200, 200, wide=True)
+
+
+def test_markdown_keeps_every_column(h200):
+    (cells, *_) = report.tables(h200)
+    assert "| " + " | ".join(cells.headers) + " |" in report.as_markdown(h200)
+
+
+def test_a_table_too_wide_for_the_terminal_is_shown_in_parts_repeating_its_keys():
+    table = report.Table("t", ["geometry", "T", *(f"column {i}" for i in range(8))],
+                         [["a-rather-long-geometry-name", "32768",
+                           *(f"{1000 + i}.25" for i in range(8))]], keys=2)
+    parts = report.Fitted(table, list(range(10))).render(60)
+    assert len(parts) > 1
+    text = Console(width=60, file=StringIO()).file
+    console = Console(width=60, file=text, color_system=None)
+    for part in parts:
+        console.print(part)
+    out = text.getvalue()
+    assert out.count("a-rather-long-geometry-name") == len(parts)
+    assert all(f"{1000 + i}.25" in out for i in range(8))
+    assert "…" not in out
+
+
+# -- plots ------------------------------------------------------------------------------
+
+
+def assert_pictures(paths: list[Path], expected: list[str]) -> None:
+    """Each PNG exists under its expected name, opens, is of a sensible size and is not
+    blank (many distinct colours, not one background)."""
+    import matplotlib.image
+
+    assert [p.name for p in paths] == expected
+    for path in paths:
+        assert path.stat().st_size > 10_000
+        pixels = matplotlib.image.imread(path)
+        height, width = pixels.shape[:2]
+        assert width >= 600 and height >= 400
+        rgb = (pixels[..., :3] * 255).astype(int).reshape(-1, 3)
+        colours = {tuple(c) for c in rgb[:: max(1, len(rgb) // 20000)]}
+        assert len(colours) > 20, f"{path.name} looks blank"
+        assert (rgb < 250).any(axis=1).mean() > 0.02
+
+
+def test_report_plot_writes_three_pictures_per_comparison(tmp_path):
+    source = H200 / "2026-12-03-text-decode.json"
+    result = CliRunner().invoke(app, ["report", str(source), "--plot", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    stem = "2026-12-03-text-decode-split-vs-fused"
+    expected = [f"{stem}-{kind}.png" for kind in ("delta", "time", "bandwidth")]
+    paths = [tmp_path / "p" / name for name in expected]
+    assert result.stderr.splitlines() == [f"plot: {p}" for p in paths]
+    assert_pictures(paths, expected)
+
+
+def test_plots_of_a_cpu_run_without_an_l2_or_a_gpu(smoke_archive, tmp_path):
+    from qkbench.plots import plot
+
+    paths = plot(smoke_archive, tmp_path)
+    comps = current(smoke_archive)["comparisons"]
+    expected = [f"smoke-{c['baseline']}-vs-{c['candidate']}-{kind}.png".replace(":", "-")
+                for c in comps for kind in ("delta", "time", "bandwidth")]
+    assert_pictures(paths, expected)
+
+
+def test_plot_into_a_file_fails_in_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(app, ["report", str(H200 / "2026-12-03-dit.json"),
+                                      "--plot", str(blocker)])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {blocker}: cannot write")
+
+
+def test_report_cli_is_compact_by_default_and_wide_on_request(smoke_sweep):
+    path, _ = smoke_sweep
+    compact = CliRunner().invoke(app, ["report", str(path)])
+    wide = CliRunner().invoke(app, ["report", str(path), "--wide"])
+    assert compact.exit_code == wide.exit_code == 0
+    assert "cand. share of copy BW" not in compact.stdout
+    assert "cand. share of copy BW" in wide.stdout
+    assert "tiny-4x2" in compact.stdout and "tiny-4x2" in wide.stdout
