@@ -47,12 +47,12 @@ def _fused_tile(
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
     c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                             stride_pos_axis, stride_pos_t, DB, R2, NEOX, MROPE)
-    w = load_weight(w_ptr, d, d < D, OFFSET)  # [1, 1, DB]
+                             stride_pos_axis, stride_pos_t, DB, R2, NEOX, MROPE, BT, BH)
+    w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)
     if NEOX:
         partner = neox_partner(d, R2)
         pair_mask = d < 2 * R2
-        w_partner = load_weight(w_ptr, partner, pair_mask, OFFSET)
+        w_partner = load_weight(w_ptr, partner, pair_mask, OFFSET, BT, BH, DB)
     if PDL:
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
@@ -71,7 +71,7 @@ def _fused_tile(
     tl.store(row_base(o_ptr, t, h, stride_ot, stride_oh) + d, out, mask=mask)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "stride_pos_t", "q_programs"])
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, eps, max_pos,

@@ -40,7 +40,7 @@ def rms_norm_kernel(
     t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
     d = channels(DB)
     mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, DB]
-    w = load_weight(w_ptr, d, d < D, OFFSET)
+    w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)
     x = tl.load(row_base(x_ptr, t, h, stride_xt, stride_xh) + d, mask=mask,
                 other=0.0).to(tl.float32)
     y = normalize(x, inv_rms(x, D, eps, BT, BH, DB), w, y_ptr.dtype.element_ty)

@@ -35,7 +35,7 @@ def _rope_tile(
     mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, W]
     # The table rows first: they wait on a dependent load of the positions.
     c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                             stride_pos_axis, stride_pos_t, W, R2, NEOX, MROPE)
+                             stride_pos_axis, stride_pos_t, W, R2, NEOX, MROPE, BT, BH)
     x_row = row_base(x_ptr, t, h, stride_xt, stride_xh)
     x = tl.load(x_row + d, mask=mask, other=0.0)
     if NEOX:
@@ -46,7 +46,7 @@ def _rope_tile(
     tl.store(row_base(o_ptr, t, h, stride_ot, stride_oh) + d, out, mask=mask)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "stride_pos_t", "q_programs"])
 def rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, max_pos,

@@ -65,9 +65,24 @@ def pairwise_sum(x, N: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr):
 
 
 @triton.jit
-def load_weight(w_ptr, d, mask, OFFSET: tl.constexpr):
-    """The norm weight at channels ``d`` in fp32; ``OFFSET`` applies the ``1 + w`` convention."""
-    w = tl.load(w_ptr + d, mask=mask, other=0.0).to(tl.float32)
+def tile_load(ptr, mask, other, BT: tl.constexpr, BH: tl.constexpr, W: tl.constexpr):
+    """Load ``ptr`` broadcast to the whole ``[BT, BH, W]`` tile.
+
+    A value shared by the tile's rows (a weight, a cosine) is loaded once per row from the
+    cache rather than once per program: loaded in its own ``[1, 1, W]`` shape it would
+    take a layout of its own and cost a layout conversion (shuffles, or shared memory and
+    barriers) on its way into the row arithmetic.
+    """
+    return tl.load(tl.broadcast_to(ptr, (BT, BH, W)), mask=tl.broadcast_to(mask, (BT, BH, W)),
+                   other=other)
+
+
+@triton.jit
+def load_weight(w_ptr, d, mask, OFFSET: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                W: tl.constexpr):
+    """The norm weight at channels ``d: [1, 1, W]`` in fp32, as a ``[BT, BH, W]`` tile;
+    ``OFFSET`` applies the ``1 + w`` convention."""
+    w = tile_load(w_ptr + d, mask, 0.0, BT, BH, W).to(tl.float32)
     if OFFSET:
         w = w + 1.0
     return w
@@ -93,10 +108,11 @@ def neox_partner(d, R2: tl.constexpr):
 
 @triton.jit
 def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis,
-            stride_pos_t, lane, rotates, R2: tl.constexpr, MROPE: tl.constexpr):
-    """The fp32 cosine and sine ``[BT, 1, W]`` of rotary lane ``lane: [1, 1, W]`` for tokens
-    ``t``, and where the position was in ``[0, max_pos)``; ``rotates`` masks the columns
-    that rotate at all.
+            stride_pos_t, lane, rotates, R2: tl.constexpr, MROPE: tl.constexpr,
+            BT: tl.constexpr, BH: tl.constexpr, W: tl.constexpr):
+    """The fp32 cosine and sine ``[BT, BH, W]`` of rotary lane ``lane: [1, 1, W]`` for
+    tokens ``t``, and where the position was in ``[0, max_pos)``; ``rotates`` masks the
+    columns that rotate at all.
 
     With ``MROPE`` each lane reads the position of its own axis (``axis_ptr`` holds the
     lane-to-axis map); otherwise one position per token. A position outside the table is
@@ -105,11 +121,11 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
     t3 = t[:, None, None]
     exists = t3 < T
     if MROPE:
-        axis = tl.load(axis_ptr + lane, mask=rotates, other=0).to(tl.int64)
-        pos = tl.load(pos_ptr + axis * stride_pos_axis + t3 * stride_pos_t,
-                      mask=exists & rotates, other=0)  # [BT, 1, W]
+        axis = tile_load(axis_ptr + lane, rotates, 0, BT, BH, W).to(tl.int64)
+        pos = tile_load(pos_ptr + axis * stride_pos_axis + t3 * stride_pos_t,
+                        exists & rotates, 0, BT, BH, W)
     else:
-        pos = tl.load(pos_ptr + t3 * stride_pos_t, mask=exists, other=0)  # [BT, 1, 1]
+        pos = tile_load(pos_ptr + t3 * stride_pos_t, exists, 0, BT, BH, W)
     valid = (pos >= 0) & (pos < max_pos)
     row = cs_ptr + tl.where(valid, pos, 0).to(tl.int64) * stride_cs + lane
     m = exists & rotates & valid
@@ -121,24 +137,25 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 @triton.jit
 def table_rows(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis,
                stride_pos_t, W: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-               MROPE: tl.constexpr):
+               MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr):
     """The cosines, sines and position validity a ``[BT, BH, W]`` row tile rotates with.
 
-    neox: one column per channel (``[BT, 1, W]``, the sine negated on each pair's first
-    member); gptj: one column per adjacent pair (``[BT, 1, W // 2]``).
+    neox: one column per channel (``[BT, BH, W]``, the sine negated on each pair's first
+    member); gptj: one column per adjacent pair (``[BT, BH, W // 2]``).
     """
     if NEOX:
         d = channels(W)
         first = d < R2
         c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
                               stride_pos_axis, stride_pos_t, tl.where(first, d, d - R2),
-                              d < 2 * R2, R2, MROPE)
+                              d < 2 * R2, R2, MROPE, BT, BH, W)
         # Negating a product is exact: y * c + partner * -s is x1 * c - x2 * s bit for bit.
         s = tl.where(first, -s, s)
     else:
         i = channels(W // 2)
         c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                              stride_pos_axis, stride_pos_t, i, i < R2, R2, MROPE)
+                              stride_pos_axis, stride_pos_t, i, i < R2, R2, MROPE,
+                              BT, BH, W // 2)
     return c, s, valid
 
 
