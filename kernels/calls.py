@@ -12,7 +12,7 @@ import torch
 
 from . import launch
 from .checks import check_position_range, interpreting
-from .launch import KernelLaunch, tensor_key
+from .launch import KernelLaunch
 from .plan import TilePlan
 
 # The call tuple: where each tensor of a call sits, for KernelLaunch.slots.
@@ -51,21 +51,15 @@ class Resolved:
         return q_out, k_out
 
 
-def _maybe_key(x: object) -> tuple | None:
-    return None if x is None else tensor_key(x)
-
-
 def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:
-    """The cache key of a call, or None where it cannot be formed (a non-tensor, an
-    unhashable option): such a call is validated afresh, and raises there."""
-    q = tensors[0]
+    """The cache key of a call (``tensors[0]`` the tensor it runs on), or None where it
+    cannot be formed: a call with a non-tensor is validated afresh, and raises there."""
     try:
-        key = (op, *map(_maybe_key, tensors), *options, *map(type, options),
-               q.is_cuda or interpreting())
-        hash(key)
-    except (AttributeError, TypeError):
+        return (op, *[None if x is None else (x.shape, x.stride(), x.dtype, x.device)
+                      for x in tensors],
+                *options, *map(type, options), tensors[0].is_cuda or interpreting())
+    except AttributeError:
         return None
-    return key
 
 
 def section_key(mrope_section: object) -> object:
@@ -82,5 +76,4 @@ def resolve(op: str, tensors: Sequence[object], options: tuple, build: Callable[
     """What ``build`` resolves (and validates) for these arguments, built on first sight.
 
     ``tensors[0]`` is the tensor the call runs on."""
-    key = call_key(op, tensors, options)
-    return build() if key is None else launch.resolve(key, build)
+    return launch.resolve(call_key(op, tensors, options), build)

@@ -14,7 +14,8 @@ constants) except the tensors' 16-byte alignment, which is checked per call: a l
 whose tensors are not all 16-byte aligned goes through Triton's own dispatch.
 """
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -26,6 +27,8 @@ DIRECT = True
 CACHE_SIZE = 4096
 
 _cache: dict[Hashable, object] = {}
+# Lists that the launches made inside ``recording`` blocks are appended to.
+_recorders: list[list] = []
 
 
 def clear() -> None:
@@ -33,20 +36,32 @@ def clear() -> None:
     _cache.clear()
 
 
-def resolve(key: Hashable, build: Callable[[], object]) -> object:
-    """The entry cached under ``key``, built (and so validated) by ``build`` on a miss."""
-    entry = _cache.get(key)
+def resolve(key: Hashable | None, build: Callable[[], object]) -> object:
+    """The entry cached under ``key``, built (and so validated) by ``build`` on a miss; a
+    key that is None or unhashable (an option of a wrong type) is never cached."""
+    try:
+        entry = _cache.get(key)
+    except TypeError:
+        return build()
     if entry is None:
         entry = build()
-        if len(_cache) >= CACHE_SIZE:
-            _cache.clear()
-        _cache[key] = entry
+        if key is not None:
+            if len(_cache) >= CACHE_SIZE:
+                _cache.clear()
+            _cache[key] = entry
     return entry
 
 
-def tensor_key(x: torch.Tensor) -> tuple:
-    """What validation reads of a tensor (raises AttributeError for a non-tensor)."""
-    return x.shape, x.stride(), x.dtype, x.device
+@contextmanager
+def recording() -> Iterator[list[tuple["KernelLaunch", list[torch.Tensor]]]]:
+    """Collect every launch made inside the block with the tensors it read, to record its
+    settings or to time it bare (``KernelLaunch.bare``)."""
+    launches: list = []
+    _recorders.append(launches)
+    try:
+        yield launches
+    finally:
+        _recorders.remove(launches)
 
 
 def nonempty(*launches: "KernelLaunch") -> tuple["KernelLaunch", ...]:
@@ -75,6 +90,8 @@ class KernelLaunch:
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
         ptrs = [tensors[i] for i in self.slots]
+        if _recorders:
+            _recorders[-1].append((self, ptrs))
         device = -1
         if DIRECT and ptrs[0].is_cuda:
             aligned = not any(p.data_ptr() & 15 for p in ptrs)
@@ -88,3 +105,22 @@ class KernelLaunch:
         # was specialised for aligned pointers only when every pointer was aligned.
         if device >= 0 and hasattr(compiled, "function"):
             self.runners[device] = compiled[self.grid]
+
+    def bare(self, ptrs: Sequence[torch.Tensor], direct: bool) -> Callable[[], None]:
+        """This launch on ``ptrs`` with nothing around it: through the compiled kernel's
+        handle (``direct``; it must have been launched on these tensors' device once) or
+        through Triton's JIT dispatch."""
+        args = (*ptrs, *self.tail)
+        if direct:
+            runner = self.runners[torch.cuda.current_device()]
+            return lambda: runner(*args)
+        kernel = self.kernel[self.grid]
+        return lambda: kernel(*args, **self.options)
+
+    def settings(self) -> dict:
+        """The grid, the compile options and every scalar and constant argument, by name."""
+        names = self.kernel.arg_names[len(self.slots):]
+        return {"kernel": self.kernel.fn.__name__, "grid": list(self.grid),
+                **self.options,
+                "args": {n: v for n, v in zip(names, self.tail, strict=True)
+                         if v is None or isinstance(v, (bool, int, float))}}

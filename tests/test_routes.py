@@ -58,3 +58,14 @@ def test_a_user_route_is_loaded_from_module_and_callable():
 def test_a_bad_route_name_is_a_route_error(name, reason):
     with pytest.raises(RouteError, match=reason):
         resolve(name)
+
+
+def test_compiled_is_torch_compile_of_the_plain_op_checked_against_the_oracle_only(device):
+    # gptj, partial rotary, an fp16 activation table: what the plain implementation handles.
+    geometry = replace(PLAIN, name="gptj", style="gptj", rotary_dim=32, inplace=True)
+    inputs = make_inputs(Case(geometry, 5, dtype="float16", table_dtype="activation",
+                              max_position=64), 1, device)
+    compiled = resolve("compiled")
+    assert compiled.exact_group is None and compiled.traffic is None
+    report = verify([resolve("fused"), compiled], inputs, geometry.inplace)
+    assert report["compiled"]["ok"] and "exact_with" not in report["compiled"]

@@ -37,35 +37,22 @@ def binder(kernel, specialize_all: bool = False):
                                           make_backend(GPUTarget("cuda", 90, 32)))
 
 
-def recorded_launches(monkeypatch) -> list[tuple]:
-    """Every kernel launch from now on as (kernel, the call's tensors it reads, args,
-    options)."""
-    seen = []
-    original = launch.KernelLaunch.__call__
-
-    def record(self, tensors):
-        ptrs = [tensors[i] for i in self.slots]
-        seen.append((self.kernel, self.slots, (*ptrs, *self.tail), self.options))
-        return original(self, tensors)
-
-    monkeypatch.setattr(launch.KernelLaunch, "__call__", record)
-    return seen
-
-
 def variants(launches, specialize_all: bool = False) -> dict[tuple, set[str]]:
     """Per tile class -- the kernel and which of the call's tensors it reads (so the
     geometry: split normalises q and k with one kernel), the values of its
     ``tl.constexpr`` parameters and the compile options -- the distinct JIT cache keys of
     ``launches``."""
     binders, declared, classes = {}, {}, {}
-    for kernel, slots, args, options in launches:
+    for kernel_launch, ptrs in launches:
+        kernel, options = kernel_launch.kernel, kernel_launch.options
+        args = (*ptrs, *kernel_launch.tail)
         if kernel not in binders:
             binders[kernel] = binder(kernel, specialize_all)
             declared[kernel] = [p.is_constexpr for p in JITFunction(kernel.fn).params]
         _, specialization, opts = binders[kernel](*args, **options)
         constants = tuple(arg for arg, is_constexpr in zip(args, declared[kernel], strict=True)
                           if is_constexpr)
-        tile_class = (kernel.fn.__name__, slots, constants, repr(opts))
+        tile_class = (kernel.fn.__name__, kernel_launch.slots, constants, repr(opts))
         classes.setdefault(tile_class, set()).add(repr((specialization, opts)))
     return classes
 
@@ -84,10 +71,9 @@ GEOMETRIES = [Geometry("neox", 3, 1, 32, inplace=False),
 
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: g.name)
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
-def test_one_compiled_variant_per_tile_class_across_a_sweep_of_t(op, geometry, monkeypatch,
-                                                                   device):
-    launches = recorded_launches(monkeypatch)
-    sweep(op, geometry, device)
+def test_one_compiled_variant_per_tile_class_across_a_sweep_of_t(op, geometry, device):
+    with launch.recording() as launches:
+        sweep(op, geometry, device)
     classes = variants(launches)
     assert len(launches) >= len(SWEEP)
     assert all(len(keys) == 1 for keys in classes.values()), {
@@ -97,23 +83,23 @@ def test_one_compiled_variant_per_tile_class_across_a_sweep_of_t(op, geometry, m
     assert sum(map(len, variants(launches, specialize_all=True).values())) > len(classes)
 
 
-def test_rms_norm_and_rope_alone_compile_one_variant_per_tile_class(monkeypatch, device):
-    launches = recorded_launches(monkeypatch)
-    for tokens in SWEEP:
-        inputs = make_inputs(Case(Geometry("g", 2, 1, 32), tokens, max_position=128), 0,
-                             device)
-        rms_norm(inputs.q, inputs.q_weight)
-        rope(inputs.q.clone(), inputs.k.clone(), inputs.positions, inputs.cos_sin_cache)
+def test_rms_norm_and_rope_alone_compile_one_variant_per_tile_class(device):
+    with launch.recording() as launches:
+        for tokens in SWEEP:
+            inputs = make_inputs(Case(Geometry("g", 2, 1, 32), tokens, max_position=128), 0,
+                                 device)
+            rms_norm(inputs.q, inputs.q_weight)
+            rope(inputs.q.clone(), inputs.k.clone(), inputs.positions, inputs.cos_sin_cache)
     assert all(len(keys) == 1 for keys in variants(launches).values())
 
 
 @gpu_only
-def test_the_gpu_compiles_no_more_variants_than_tile_classes(monkeypatch):
+def test_the_gpu_compiles_one_variant_per_tile_class():
     # A head_dim no other test uses, so that every variant it needs is compiled here.
     geometry = Geometry("odd", 5, 3, 96, inplace=False)
     compiled_kernels = qk_norm_rope_kernel.device_caches[torch.cuda.current_device()][0]
     before = len(compiled_kernels)
-    launches = recorded_launches(monkeypatch)
-    sweep(qk_norm_rope, geometry, "cuda")
+    with launch.recording() as launches:
+        sweep(qk_norm_rope, geometry, "cuda")
     compiled = len(compiled_kernels) - before
     assert compiled == len(variants(launches)), (compiled, len(variants(launches)))
