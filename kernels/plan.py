@@ -23,7 +23,7 @@ class Settings:
     elems_per_warp: int = 1024
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
     # keep the whole chip busy instead of leaving it idle behind a few large tiles.
-    min_programs_per_sm: int = 4
+    min_programs_per_sm: float = 4
     # Largest share of padded (masked) heads a head block may carry.
     max_head_padding: float = 1.125
     # Rows are never spread so thin that a warp's thread holds less than this many bytes of
@@ -107,7 +107,7 @@ def min_programs(device: torch.device) -> int:
     """
     if device.type != "cuda":
         return 1
-    return SETTINGS.min_programs_per_sm * _sm_count(device.index or 0)
+    return max(1, int(SETTINGS.min_programs_per_sm * _sm_count(device.index or 0)))
 
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,
