@@ -13,7 +13,6 @@ import torch
 from . import launch
 from .checks import check_position_range, interpreting
 from .launch import KernelLaunch
-from .plan import TilePlan
 
 # The call tuple: where each tensor of a call sits, for KernelLaunch.slots.
 SLOTS = ("q", "k", "q_out", "k_out", "q_weight", "k_weight", "cos_sin_cache", "positions")
@@ -27,7 +26,6 @@ class Resolved:
     """A validated call of one shape: its launches and what the per-call work needs."""
 
     launches: tuple[KernelLaunch, ...]
-    plans: tuple[TilePlan, ...]
     inplace: bool
     max_pos: int
 

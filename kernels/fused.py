@@ -130,8 +130,9 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),
-        {"num_warps": max(plan_q.num_warps, plan_k.num_warps), "launch_pdl": pdl,
-         **COMPILE_OPTIONS},
+        # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
+        {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
+         **({"launch_pdl": True} if pdl else {})},
     )
 
 
@@ -171,7 +172,7 @@ def qk_norm_rope(
         plans = fused_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
                             q.element_size())
         launches = nonempty(fused_launch(call, norm_eps, offset, use_pdl, plans))
-        return calls.Resolved(launches, plans, bool(inplace), call.max_pos)
+        return calls.Resolved(launches, bool(inplace), call.max_pos)
 
     entry = calls.resolve("fused", tensors, options, build)
     return entry.run(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,

@@ -146,7 +146,7 @@ def rope(
                                         bool(inplace), (calls.Q, calls.K, calls.Q_OUT,
                                                         calls.K_OUT, calls.CACHE,
                                                         calls.POSITIONS), plans))
-        return calls.Resolved(launches, plans, bool(inplace), call.max_pos)
+        return calls.Resolved(launches, bool(inplace), call.max_pos)
 
     entry = calls.resolve("rope", tensors, options, build)
     return entry.run(q, k, None, None, positions, cos_sin_cache, q_out, k_out,

@@ -47,7 +47,7 @@ def qk_norm_rope_split(
                         (calls.Q_OUT, calls.K_OUT, calls.Q_OUT, calls.K_OUT, calls.CACHE,
                          calls.POSITIONS), (plans[2], plans[3])),
         )
-        return calls.Resolved(launches, tuple(plans), bool(inplace), call.max_pos)
+        return calls.Resolved(launches, bool(inplace), call.max_pos)
 
     entry = calls.resolve("split", tensors, options, build)
     return entry.run(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,

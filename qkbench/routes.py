@@ -34,11 +34,9 @@ class Route:
     def _launch(self, inputs: Inputs, inplace: bool) -> Launch:
         outs = {} if inplace else {"q_out": torch.empty_like(inputs.q),
                                    "k_out": torch.empty_like(inputs.k)}
-        # Positions were checked once by verification; a graph capture cannot read them.
-        extra = {"check_positions": False} if self.exact_group == "triton" else {}
 
         def launch() -> None:
-            inputs.call(self.op, inplace=inplace, **outs, **extra)
+            inputs.call(self.op, inplace=inplace, **outs)
 
         return launch
 
