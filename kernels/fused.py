@@ -41,12 +41,12 @@ def _fused_tile(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    t0, t, h = tile_coords(pid, n_head_blocks, BT, BH)
     d = channels(DB)
     mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, DB]
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
-    c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+    c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs,
                              stride_pos_axis, stride_pos_t, DB, R2, NEOX, MROPE, BT, BH)
     w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)
     if NEOX:

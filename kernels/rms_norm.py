@@ -37,7 +37,7 @@ def rms_norm_kernel(
     D: tl.constexpr, DB: tl.constexpr, OFFSET: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
+    _, t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
     d = channels(DB)
     mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, DB]
     w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)

@@ -30,11 +30,11 @@ def _rope_tile(
     D: tl.constexpr, W: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    t0, t, h = tile_coords(pid, n_head_blocks, BT, BH)
     d = channels(W)
     mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, W]
     # The table rows first: they wait on a dependent load of the positions.
-    c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+    c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs,
                              stride_pos_axis, stride_pos_t, W, R2, NEOX, MROPE, BT, BH)
     x_row = row_base(x_ptr, t, h, stride_xt, stride_xh)
     x = tl.load(x_row + d, mask=mask, other=0.0)

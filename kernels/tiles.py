@@ -28,11 +28,11 @@ COMPILE_OPTIONS = {"enable_fp_fusion": False}
 
 @triton.jit
 def tile_coords(pid, n_head_blocks, BT: tl.constexpr, BH: tl.constexpr):
-    """Token and head indices ``[BT]``, ``[BH]`` (int64) of the tile this program handles."""
+    """The first token (a scalar) and the token and head indices ``[BT]``, ``[BH]`` of the
+    tile this program handles, all int64."""
     pid = pid.to(tl.int64)
-    t = (pid // n_head_blocks) * BT + tl.arange(0, BT)
-    h = (pid % n_head_blocks) * BH + tl.arange(0, BH)
-    return t, h
+    t0 = (pid // n_head_blocks) * BT
+    return t0, t0 + tl.arange(0, BT), (pid % n_head_blocks) * BH + tl.arange(0, BH)
 
 
 @triton.jit
@@ -107,35 +107,66 @@ def neox_partner(d, R2: tl.constexpr):
 
 
 @triton.jit
-def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis,
-            stride_pos_t, lane, rotates, R2: tl.constexpr, MROPE: tl.constexpr,
-            BT: tl.constexpr, BH: tl.constexpr, W: tl.constexpr):
-    """The fp32 cosine and sine ``[BT, BH, W]`` of rotary lane ``lane: [1, 1, W]`` for
-    tokens ``t``, and where the position was in ``[0, max_pos)``; ``rotates`` masks the
-    columns that rotate at all.
+def token_positions(pos_ptr, t0, T, stride_pos_t, BT: tl.constexpr):
+    """The positions of tokens ``t0 .. t0 + BT - 1`` as ``[BT, 1, 1]`` int64 (0 past ``T``).
 
-    With ``MROPE`` each lane reads the position of its own axis (``axis_ptr`` holds the
-    lane-to-axis map); otherwise one position per token. A position outside the table is
-    never used as an address: its loads are masked and ``valid`` is False there.
+    Each is read as a scalar: a scalar takes whatever layout its use needs, where a tile
+    of positions would get a layout of its own (Triton 3.6 orders an index tile's threads
+    by token) and cost a conversion of every tile computed from it.
     """
-    t3 = t[:, None, None]
-    exists = t3 < T
-    if MROPE:
-        axis = tile_load(axis_ptr + lane, rotates, 0, BT, BH, W).to(tl.int64)
-        pos = tile_load(pos_ptr + axis * stride_pos_axis + t3 * stride_pos_t,
-                        exists & rotates, 0, BT, BH, W)
-    else:
-        pos = tile_load(pos_ptr + t3 * stride_pos_t, exists, 0, BT, BH, W)
+    i = tl.arange(0, BT)[:, None, None]
+    pos = tl.zeros((BT, 1, 1), dtype=tl.int64)
+    for j in tl.static_range(BT):
+        p = tl.load(pos_ptr + (t0 + j) * stride_pos_t, mask=t0 + j < T, other=0)
+        pos = tl.where(i == j, p.to(tl.int64), pos)
+    return pos
+
+
+@triton.jit
+def table_row(cs_ptr, pos, max_pos, stride_cs, lane, mask, R2: tl.constexpr,
+              BT: tl.constexpr, BH: tl.constexpr, W: tl.constexpr):
+    """The fp32 cosine and sine ``[BT, BH, W]`` of lane ``lane: [1, 1, W]`` at positions
+    ``pos: [BT, 1, 1]``, and where the position was in ``[0, max_pos)``.
+
+    A position outside the table is never used as an address: its loads are masked.
+    """
     valid = (pos >= 0) & (pos < max_pos)
-    row = cs_ptr + tl.where(valid, pos, 0).to(tl.int64) * stride_cs + lane
-    m = exists & rotates & valid
-    c = tl.load(row, mask=m, other=0.0).to(tl.float32)
-    s = tl.load(row + R2, mask=m, other=0.0).to(tl.float32)
+    row = cs_ptr + tl.where(valid, pos, 0) * stride_cs + lane
+    c = tile_load(row, mask & valid, 0.0, BT, BH, W).to(tl.float32)
+    s = tile_load(row + R2, mask & valid, 0.0, BT, BH, W).to(tl.float32)
     return c, s, valid
 
 
 @triton.jit
-def table_rows(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis,
+def cos_sin(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs, stride_pos_axis,
+            stride_pos_t, lane, rotates, R2: tl.constexpr, MROPE: tl.constexpr,
+            BT: tl.constexpr, BH: tl.constexpr, W: tl.constexpr):
+    """The fp32 cosine and sine ``[BT, BH, W]`` of rotary lane ``lane: [1, 1, W]`` for
+    tokens ``t0 .. t0 + BT - 1``, and where the position was in ``[0, max_pos)``;
+    ``rotates`` masks the columns that rotate at all.
+
+    With ``MROPE`` each lane reads the position of its own axis (``axis_ptr`` holds the
+    lane-to-axis map): the table rows of all three axes are read whole (contiguous
+    vectors) and each lane picks its own, where a per-lane gather would scatter the loads.
+    """
+    mask = ((t0 + tl.arange(0, BT))[:, None, None] < T) & rotates
+    pos = token_positions(pos_ptr, t0, T, stride_pos_t, BT)
+    c, s, valid = table_row(cs_ptr, pos, max_pos, stride_cs, lane, mask, R2, BT, BH, W)
+    if MROPE:
+        axis = tile_load(axis_ptr + lane, rotates, 0, BT, BH, W)
+        for a in tl.static_range(1, 3):
+            pos_a = token_positions(pos_ptr + a * stride_pos_axis, t0, T, stride_pos_t, BT)
+            c_a, s_a, valid_a = table_row(cs_ptr, pos_a, max_pos, stride_cs, lane, mask, R2,
+                                          BT, BH, W)
+            mine = axis == a
+            c = tl.where(mine, c_a, c)
+            s = tl.where(mine, s_a, s)
+            valid = tl.where(mine, valid_a, valid)
+    return c, s, valid
+
+
+@triton.jit
+def table_rows(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs, stride_pos_axis,
                stride_pos_t, W: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
                MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr):
     """The cosines, sines and position validity a ``[BT, BH, W]`` row tile rotates with.
@@ -146,14 +177,16 @@ def table_rows(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_a
     if NEOX:
         d = channels(W)
         first = d < R2
-        c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                              stride_pos_axis, stride_pos_t, tl.where(first, d, d - R2),
-                              d < 2 * R2, R2, MROPE, BT, BH, W)
+        # Channels i and i + R2 rotate by lane i; ``d % R2`` keeps the offsets visibly
+        # contiguous, so that the compiler vectorises and lays out the loads like the rows.
+        c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs,
+                              stride_pos_axis, stride_pos_t, d % R2, d < 2 * R2, R2, MROPE,
+                              BT, BH, W)
         # Negating a product is exact: y * c + partner * -s is x1 * c - x2 * s bit for bit.
         s = tl.where(first, -s, s)
     else:
         i = channels(W // 2)
-        c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+        c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs,
                               stride_pos_axis, stride_pos_t, i, i < R2, R2, MROPE,
                               BT, BH, W // 2)
     return c, s, valid
