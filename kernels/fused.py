@@ -71,7 +71,7 @@ def _fused_tile(
     tl.store(row_base(o_ptr, t, h, stride_ot, stride_oh) + d, out, mask=mask)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "stride_pos_t", "q_programs"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, eps, max_pos,

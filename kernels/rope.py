@@ -46,7 +46,7 @@ def _rope_tile(
     tl.store(row_base(o_ptr, t, h, stride_ot, stride_oh) + d, out, mask=mask)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "stride_pos_t", "q_programs"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
 def rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, max_pos,
