@@ -20,7 +20,8 @@ def qk_norm_rope_split(
     inplace: bool = True, q_out: torch.Tensor | None = None,
     k_out: torch.Tensor | None = None, check_positions: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same operation and signature as ``qk_norm_rope``, as three launches.
+    """The same operation and signature as ``qk_norm_rope`` (less ``pdl``), as three
+    launches.
 
     q and k are normalised into their outputs (``q, k`` themselves when ``inplace``),
     then both outputs are rotated in place by one ``rope`` launch.

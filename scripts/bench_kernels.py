@@ -267,6 +267,8 @@ def table(result: dict) -> str:
         lines.append("host us per eager call (" + host["geometry"] + f" T={host['tokens']}): "
                      + ", ".join(f"{k} {v:.1f}" for k, v in host["us_per_call"].items()
                                  if v is not None))
+    if result.get("skipped"):
+        lines.append("not measured (time budget): " + ", ".join(result["skipped"]))
     lines.append(f"checks: {'all passed' if not result['failures'] else 'FAILED'}"
                  + "".join(f"\n  {f}" for f in result["failures"]))
     return "\n".join(lines)
@@ -275,8 +277,8 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--budget", type=float, default=360.0,
-                        help="seconds after which the remaining variants are skipped")
+    parser.add_argument("--budget", type=float, default=300.0,
+                        help="seconds after which no new shape or variant is started")
     parser.add_argument("--samples", type=int, default=None,
                         help="graph replays per timing (default 100; 1 with --quick)")
     parser.add_argument("--device", default="cuda")
@@ -306,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes(args.quick):
         print(f"[{time.perf_counter() - run.started:6.1f} s] {shape.name}", file=sys.stderr,
               flush=True)
+        if run.over_budget():
+            run.result.setdefault("skipped", []).append(shape.name)
+            continue
         try:
             entry = measure_shape(run, backend, shape)
         except Exception as e:  # a shape that cannot run is a failure, the rest still run

@@ -99,6 +99,11 @@ def test_tensors_on_the_cpu_without_the_interpreter_are_refused(monkeypatch, inp
         inputs.call(qk_norm_rope)
 
 
+def test_a_pdl_flag_that_is_not_a_bool_is_named(inputs):
+    with pytest.raises(TypeError, match=r"pdl must be a bool, got str"):
+        inputs.call(qk_norm_rope, pdl="yes")
+
+
 def test_rope_alone_validates_like_the_fused_op(inputs):
     with pytest.raises(ValueError, match=r"rotary_dim \(31\) must be even"):
         rope(inputs.q, inputs.k, inputs.positions, inputs.cos_sin_cache, rotary_dim=31)
