@@ -52,7 +52,8 @@ LARGE_VARIANTS = {
     "warp512": {"elems_per_warp": 512},
     "warp2048": {"elems_per_warp": 2048},
 }
-DECODE_MAX = 64  # widths up to this get PDL and the decode variants
+DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
+# route's three kernels are also timed alone against their own bytes
 
 
 @dataclass
@@ -94,7 +95,7 @@ def shapes(quick: bool) -> list[Shape]:
     if quick:
         return [Shape(Geometry("tiny", 2, 1, 64), 3),
                 Shape(Geometry("tiny-partial", 2, 1, 128, 32, weight_mode="offset",
-                               inplace=False), 2)]
+                               inplace=False), DECODE_MAX + 1)]
     text = dict(weight_mode="offset", inplace=False)
     geometries = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128),
                   Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
@@ -166,6 +167,38 @@ def measure_variant(run: Run, backend, entry: dict, label: str, op, inputs, inpl
         run.failures.append(f"{entry['shape']} {label}: {type(e).__name__}: {e}")
 
 
+def split_kernels(run: Run, backend, inputs) -> dict:
+    """Each of the split route's three launches timed alone, with its own bytes: the two
+    norms (rows read and written, the weight) and the rotation in place (rotary channels
+    read and written, the table rows and positions). They add up to ``split_bytes``."""
+    from qkbench.kernels import rms_norm, rope
+
+    opts = inputs.options
+    q_out, k_out = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+    norm = {"eps": opts["eps"], "weight_mode": opts["weight_mode"]}
+    rotary = opts["rotary_dim"]
+    tokens = inputs.positions.shape[-1]
+
+    def size(x: torch.Tensor, width: int | None = None) -> int:
+        return x.numel() // x.shape[-1] * (width or x.shape[-1]) * x.element_size()
+
+    launches = {
+        "norm_q": (lambda: rms_norm(inputs.q, inputs.q_weight, out=q_out, **norm),
+                   2 * size(inputs.q) + size(inputs.q_weight)),
+        "norm_k": (lambda: rms_norm(inputs.k, inputs.k_weight, out=k_out, **norm),
+                   2 * size(inputs.k) + size(inputs.k_weight)),
+        "rope": (lambda: rope(q_out, k_out, inputs.positions, inputs.cos_sin_cache,
+                              rotary_dim=rotary, style=opts["style"],
+                              mrope_section=opts["mrope_section"],
+                              mrope_layout=opts["mrope_layout"]),
+                 2 * (size(q_out, rotary) + size(k_out, rotary))
+                 + tokens * rotary * inputs.cos_sin_cache.element_size()
+                 + inputs.positions.numel() * inputs.positions.element_size()),
+    }
+    return {name: {"us": per_call_us(run, backend, launch), "bytes": size_}
+            for name, (launch, size_) in launches.items()}
+
+
 def measure_shape(run: Run, backend, shape: Shape) -> dict:
     from qkbench.accuracy import oracle_error, within_tolerance
     from qkbench.case import Case, make_inputs
@@ -195,6 +228,8 @@ def measure_shape(run: Run, backend, shape: Shape) -> dict:
     entry["copy_qk_us"] = per_call_us(run, backend, copy_launch())
     split_us = per_call_us(run, backend, launcher(qk_norm_rope_split, inputs, g.inplace))
     entry["results"]["split"] = {"us": split_us}
+    if shape.tokens > DECODE_MAX:
+        entry["split_kernels"] = split_kernels(run, backend, inputs)
     measure_variant(run, backend, entry, "fused", qk_norm_rope, inputs, g.inplace, split_out,
                     {})
     decode = shape.tokens <= DECODE_MAX
@@ -213,6 +248,8 @@ def shares(entry: dict, copy_gbps: float) -> None:
         if "us" in r:
             size = entry["bytes"]["split" if label == "split" else "fused"]
             r["share_of_copy"] = size / (r["us"] * 1e-6) / (copy_gbps * 1e9)
+    for r in entry.get("split_kernels", {}).values():
+        r["share_of_copy"] = r["bytes"] / (r["us"] * 1e-6) / (copy_gbps * 1e9)
 
 
 def goal(entry: dict) -> tuple[str, bool | None]:
@@ -258,9 +295,13 @@ def table(result: dict) -> str:
         want, met = goal(entry)
         mark = "" if met is None else (" met" if met else " MISSED")
         bits = all(v.get("bits_equal_split", True) for v in r.values())
+        kernels = entry.get("split_kernels")
+        split_note = ("  split kernels " + "/".join(f"{k['share_of_copy']:.0%}"
+                                                   for k in kernels.values())
+                      if kernels else "")
         lines.append(f"{entry['shape']:24s} {entry['copy_qk_us']:8.2f} {cell(r, 'split')} "
                      f"{cell(r, 'fused')} {cell(r, 'fused+pdl', 10)} {best_cell:>26s}  "
-                     f"{want}{mark}"
+                     f"{want}{mark}{split_note}"
                      + ("" if bits and entry["oracle"]["ok"] else "  CHECK FAILED"))
     host = result.get("host_cost")
     if host:
