@@ -125,6 +125,10 @@ class RopeCall:
     def tokens(self) -> int:
         return self.q.shape[0]
 
+    @property
+    def max_pos(self) -> int:
+        return self.cos_sin_cache.shape[0]
+
 
 def _positions(positions: object, lead: tuple[int, ...], device: torch.device,
                mrope: bool) -> torch.Tensor:
@@ -145,20 +149,24 @@ def _positions(positions: object, lead: tuple[int, ...], device: torch.device,
                          "merged into one token stride without a copy") from None
 
 
-def _check_position_range(positions: torch.Tensor, max_pos: int,
-                          check_positions: bool | None) -> None:
-    capturing = positions.is_cuda and torch.cuda.is_current_stream_capturing()
-    if check_positions is None:
-        check_positions = not capturing
-    if not check_positions or positions.numel() == 0:
-        return
-    if capturing:
+def check_position_range(positions: torch.Tensor, max_pos: int) -> None:
+    """Raise unless every position lies in ``[0, max_pos)``: reads them back to the host,
+    so it synchronises with the device, and it refuses inside CUDA graph capture."""
+    if positions.is_cuda and torch.cuda.is_current_stream_capturing():
         raise ValueError("check_positions=True reads the positions back to the host, which "
                          "CUDA graph capture forbids; pass check_positions=False")
+    if positions.numel() == 0:
+        return
     lo, hi = (int(v) for v in torch.aminmax(positions))
     if lo < 0 or hi >= max_pos:
         raise ValueError(f"positions must lie in [0, {max_pos}) (the rows of cos_sin_cache), "
                          f"found values in [{lo}, {hi}]")
+
+
+def check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
 
 
 def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
@@ -180,7 +188,11 @@ def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
 
 
 def check_mrope_section(mrope_section: Sequence[int], rotary_dim: int) -> tuple[int, ...]:
-    section = tuple(mrope_section)
+    try:
+        section = tuple(mrope_section)
+    except TypeError:
+        raise TypeError(f"mrope_section must be a sequence of 3 ints, got "
+                        f"{type(mrope_section).__name__}") from None
     if len(section) != 3 or not all(isinstance(s, int) and s >= 0 for s in section):
         raise ValueError(f"mrope_section must be 3 non-negative ints, got {list(section)}")
     if sum(section) != rotary_dim // 2:
@@ -191,8 +203,7 @@ def check_mrope_section(mrope_section: Sequence[int], rotary_dim: int) -> tuple[
 
 def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *,
                rotary_dim: int | None, style: str, mrope_section: Sequence[int] | None,
-               mrope_layout: str, inplace: bool, q_out: object, k_out: object,
-               check_positions: bool | None) -> RopeCall:
+               mrope_layout: str, inplace: bool, q_out: object, k_out: object) -> RopeCall:
     """Validate the rotation arguments shared by ``rope`` and both fused-op routes."""
     q_rows = as_rows("q", q)
     k_rows = as_rows("k", k, q_rows.dtype)
@@ -226,7 +237,6 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
         section = check_mrope_section(mrope_section, rotary_dim)
         amap = axis_map_tensor(section, mrope_layout, device)
     pos = _positions(positions, tuple(q.shape[:-2]), device, amap is not None)
-    _check_position_range(pos, cache.shape[0], check_positions)
 
     if inplace:
         for name, out in (("q_out", q_out), ("k_out", k_out)):

@@ -1,9 +1,10 @@
 """The fused route: RMSNorm of every q and k head row, then RoPE, in one launch.
 
-Each row is read once and written once. The rotary pairs and the pass-through channels
-are loaded as separate tiles; the norm's sum of squares is rebuilt from them in the same
-pairwise order ``rms_norm`` uses over the whole row, so the result is bit-identical to the
-split route (``split.qk_norm_rope_split``).
+Each row is read once from memory and written once. A program loads its rows whole, as
+``rms_norm`` does, so the norm is the same computation; under neox it also loads, for each
+rotary channel, the channel it pairs with (the same rows again, from the cache) and
+normalises that too, then rotates with ``rope``'s own function. The result is therefore
+bit-identical to the split route (``split.qk_norm_rope_split``).
 """
 
 from collections.abc import Sequence
@@ -12,127 +13,127 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import RopeCall, check_norm, check_rope
+from . import calls
+from .checks import RopeCall, check_flag, check_norm, check_rope
+from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, next_pow2, plan_pair
 from .tiles import (
     COMPILE_OPTIONS,
-    cos_sin,
+    channels,
     inv_rms,
-    load_pairs,
-    norm_weight,
+    load_weight,
+    neox_partner,
     normalize,
-    pair_offsets,
-    pairs_sumsq,
-    pairwise_sum,
-    rotate,
-    store_pairs,
+    rotate_rows,
+    row_base,
+    row_mask,
+    table_rows,
     tile_coords,
-    token_head_base,
 )
 
 
 @triton.jit
 def _fused_tile(
     x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, pid, n_head_blocks,
-    T, H, eps, stride_xt, stride_xh, stride_ot, stride_oh,
+    T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr,
 ):
-    R: tl.constexpr = 2 * R2
-    dtype = o_ptr.dtype.element_ty
-    t, h = tile_coords(pid, n_head_blocks, BT, BH)
-    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
-    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
-
+    t0, t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    d = channels(DB)
+    mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, DB]
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
-    c, s = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, stride_cs, stride_pos_axis, stride_pos_t,
-                   R2, MROPE)  # [BT, 1, R2]
-    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
-    i1, i2 = pair_offsets(R2, NEOX)
-    w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
-    w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
-    sumsq = pairs_sumsq(x1, x2, R2, NEOX, BT, BH)  # [BT, BH]: the tree over [0, R)
-    if R < D:
-        # The pass-through channels sit at their natural places in a [0, DB) tile whose
-        # rotary span is zero, so the tree's first log2(R) levels leave block 0 at +0 and
-        # the rotary span's own sum drops into that slot exactly.
-        d = tl.arange(0, DB)[None, None, :]
-        pass_mask = mask & (d >= R) & (d < D)
-        xp = tl.load(x_row + d, mask=pass_mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
-        dp = tl.arange(0, DB)
-        wp = norm_weight(w_ptr, dp, (dp >= R) & (dp < D), OFFSET)
-        blocks = pairwise_sum(xp * xp, DB, DB // R, BT, BH)  # [BT, BH, DB // R]
-        first = tl.arange(0, DB // R)[None, None, :] == 0
-        blocks = blocks + tl.where(first, sumsq[:, :, None], 0.0)
-        sumsq = tl.reshape(pairwise_sum(blocks, DB // R, 1, BT, BH), (BT, BH))
-    rstd = inv_rms(sumsq, D, eps)
-
-    y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
-    y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
-    o1, o2 = rotate(y1, y2, c, s)
-    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
-    if R < D:
-        tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
+    c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs,
+                             stride_pos_axis, stride_pos_t, DB, R2, NEOX, MROPE, BT, BH)
+    w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)
+    if NEOX:
+        partner = neox_partner(d, R2)
+        pair_mask = d < 2 * R2
+        w_partner = load_weight(w_ptr, partner, pair_mask, OFFSET, BT, BH, DB)
+    if PDL:
+        # Only the rows may come from the kernel launched just before this one: wait for it
+        # here, and let the next kernel start its own prologue meanwhile.
+        tl.extra.cuda.gdc_wait()
+    x_row = row_base(x_ptr, t, h, stride_xt, stride_xh)
+    x = tl.load(x_row + d, mask=mask, other=0.0).to(tl.float32)
+    if NEOX:
+        x_partner = tl.load(x_row + partner, mask=mask & pair_mask, other=0.0).to(tl.float32)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    rstd = inv_rms(x, D, eps, BT, BH, DB)
+    dtype = o_ptr.dtype.element_ty
+    y = normalize(x, rstd, w, dtype)
+    y_partner = normalize(x_partner, rstd, w_partner, dtype) if NEOX else y
+    out = rotate_rows(y, y_partner, c, s, valid, DB, R2, NEOX, BT, BH)
+    tl.store(row_base(o_ptr, t, h, stride_ot, stride_oh) + d, out, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
-    T, HQ, HK, eps,
+    T, HQ, HK, eps, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
     q_programs, q_head_blocks, k_head_blocks,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, MROPE: tl.constexpr,
+    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid < q_programs:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, pid, q_head_blocks,
-                    T, HQ, eps, stride_qt, stride_qh, stride_qot, stride_qoh,
+                    T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, BTQ, BHQ)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, pid - q_programs,
-                    k_head_blocks, T, HK, eps, stride_kt, stride_kh, stride_kot, stride_koh,
-                    stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, BTK, BHK)
+                    k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
+                    stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, BTK, BHK)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
-                device: torch.device) -> tuple[TilePlan, TilePlan]:
-    """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
-    rotary, a natural-width pass-through tile)."""
-    width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
-    return plan_pair(tokens, heads_q, heads_k, width, device)
+                device: torch.device, element_size: int = 2) -> tuple[TilePlan, TilePlan]:
+    """The q and k tile plans of the fused launch (a program holds whole rows)."""
+    return plan_pair(tokens, heads_q, heads_k, next_pow2(head_dim), element_size, device)
 
 
-def launch_qk_norm_rope(call: RopeCall, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                        eps: float, offset: bool) -> tuple[TilePlan, TilePlan]:
-    """Launch the fused kernel on a validated call; returns the q and k tile plans."""
+def check_pdl(pdl: object, device: torch.device) -> bool:
+    """Whether to launch with Programmatic Dependent Launch (Hopper and later; under the
+    interpreter nothing runs concurrently, so there it is accepted and has no effect)."""
+    check_flag("pdl", pdl)
+    if pdl and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
+        raise ValueError(f"pdl=True needs a device of compute capability 9.0 or later; "
+                         f"{device} is {torch.cuda.get_device_capability(device)}")
+    return pdl and device.type == "cuda"
+
+
+def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
+                 plans: tuple[TilePlan, TilePlan]) -> KernelLaunch:
+    """The fused kernel's launch for a validated call."""
     T, HQ, D = call.q.shape
     HK = call.k.shape[1]
-    DB = next_pow2(D)
-    R = call.rotary_dim
-    plan_q, plan_k = fused_plans(T, HQ, HK, D, R, call.q.device)
-    if T:
-        q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
-        qk_norm_rope_kernel[(plan_q.programs + plan_k.programs,)](
-            q, k, qo, ko, q_weight, k_weight, call.cos_sin_cache, pos, call.axis_map,
-            T, HQ, HK, eps,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-            qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
-            call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-            plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
-            D=D, DB=DB, R2=R // 2, NEOX=call.neox, OFFSET=offset,
-            MROPE=call.axis_map is not None,
-            BTQ=plan_q.block_t, BHQ=plan_q.block_h, BTK=plan_k.block_t, BHK=plan_k.block_h,
-            num_warps=max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
-        )
-    return plan_q, plan_k
+    plan_q, plan_k = plans
+    q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
+    return KernelLaunch(
+        qk_norm_rope_kernel, (plan_q.programs + plan_k.programs,),
+        (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
+         calls.CACHE, calls.POSITIONS),
+        (call.axis_map, T, HQ, HK, eps, call.max_pos,
+         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+         qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
+         call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
+         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
+         D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
+         pdl, plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),
+        # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
+        {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
+         **({"launch_pdl": True} if pdl else {})},
+    )
 
 
 def qk_norm_rope(
@@ -141,19 +142,38 @@ def qk_norm_rope(
     rotary_dim: int | None = None, style: str = "neox", weight_mode: str = "plain",
     mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned",
     inplace: bool = True, q_out: torch.Tensor | None = None,
-    k_out: torch.Tensor | None = None, check_positions: bool | None = None,
+    k_out: torch.Tensor | None = None, check_positions: bool = False, pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm every q and k head row, then rotate it: one launch (the fused route).
 
     ``q: [..., Hq, D]``, ``k: [..., Hk, D]``, ``q_weight, k_weight: [D]``; the rotation
-    arguments are those of ``rope``. The normalised value is rounded to the storage dtype
-    before it is rotated, so the result is bit-identical to ``qk_norm_rope_split``.
-    Returns ``(q_out, k_out)``: ``q, k`` themselves when ``inplace``.
-    """
-    call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
-                      mrope_section=mrope_section, mrope_layout=mrope_layout, inplace=inplace,
-                      q_out=q_out, k_out=k_out, check_positions=check_positions)
-    eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps, weight_mode)
-    launch_qk_norm_rope(call, q_weight, k_weight, eps, offset)
-    return call.q_result, call.k_result
+    arguments are those of ``rope`` (an out-of-range position writes NaN into its rotary
+    channels). The normalised value is rounded to the storage dtype before it is rotated, so
+    the result is bit-identical to ``qk_norm_rope_split``. Returns ``(q_out, k_out)``:
+    ``q, k`` themselves when ``inplace``.
 
+    ``pdl=True`` launches with Programmatic Dependent Launch (compute capability 9.0+): the
+    kernel reads the positions, the table and the weights, then waits for the kernel
+    launched before it, and only then reads q and k. Use it only where that previous
+    kernel does not write the positions, the table or the weights.
+    """
+    tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)
+    options = (eps, rotary_dim, style, weight_mode, calls.section_key(mrope_section),
+               mrope_layout, inplace, pdl)
+
+    def build() -> calls.Resolved:
+        call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
+                          mrope_section=mrope_section, mrope_layout=mrope_layout,
+                          inplace=inplace, q_out=q_out, k_out=k_out)
+        norm_eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps,
+                                      weight_mode)
+        use_pdl = check_pdl(pdl, q.device)
+        T, HQ, D = call.q.shape
+        plans = fused_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
+                            q.element_size())
+        launches = nonempty(fused_launch(call, norm_eps, offset, use_pdl, plans))
+        return calls.Resolved(launches, bool(inplace), call.max_pos)
+
+    entry = calls.resolve("fused", tensors, options, build)
+    return entry.run(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,
+                     check_flag("check_positions", check_positions))

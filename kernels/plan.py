@@ -1,22 +1,52 @@
 """The launch heuristic: how many tokens and heads one program holds, and how many warps.
 
 A deterministic rule instead of autotuning, so that a CUDA graph can be captured on the
-first call and the chosen configuration can be recorded beside every measurement.
+first call and the chosen configuration can be recorded beside every measurement. Its
+knobs are ``Settings``; ``use`` swaps them for a measurement of alternatives.
 """
 
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 
 import torch
 
-# Elements (padded channels x rows) one program holds; about 32 per thread at 4 warps.
-ELEMS_PER_PROGRAM = 4096
-# Programs per multiprocessor below which rows are spread thinner, so that decode widths
-# keep the whole chip busy instead of leaving it idle behind a few large tiles.
-MIN_PROGRAMS_PER_SM = 4
-# Largest share of padded (masked) heads a head block may carry.
-MAX_HEAD_PADDING = 1.125
-ELEMS_PER_WARP = 1024
+from . import launch
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Elements (padded channels x rows) one program holds; about 32 per thread at 4 warps.
+    elems_per_program: int = 4096
+    # Elements per warp: the warp count is the program's elements over this (1 to 8).
+    elems_per_warp: int = 1024
+    # Programs per multiprocessor below which rows are spread thinner, so that decode widths
+    # keep the whole chip busy instead of leaving it idle behind a few large tiles.
+    min_programs_per_sm: float = 4
+    # Largest share of padded (masked) heads a head block may carry.
+    max_head_padding: float = 1.125
+    # Rows are never spread so thin that a warp's thread holds less than this many bytes of
+    # a row tile: below 16 the loads and stores stop being 16-byte vectors.
+    min_bytes_per_thread: int = 16
+
+
+SETTINGS = Settings()
+
+
+@contextmanager
+def use(**changes) -> Iterator[Settings]:
+    """Plan with ``SETTINGS`` changed as given inside the block (resolved calls are
+    forgotten on entry and exit, so that every call re-plans)."""
+    global SETTINGS
+    before = SETTINGS
+    SETTINGS = replace(before, **changes)
+    launch.clear()
+    try:
+        yield SETTINGS
+    finally:
+        SETTINGS = before
+        launch.clear()
 
 
 @dataclass(frozen=True)
@@ -37,27 +67,31 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def _head_block(heads: int, cap: int) -> int:
+def _head_block(heads: int, cap: int, padding: float) -> int:
     bh = min(next_pow2(heads), cap)
-    while bh > 1 and -(-heads // bh) * bh > heads * MAX_HEAD_PADDING:
+    while bh > 1 and -(-heads // bh) * bh > heads * padding:
         bh //= 2
     return bh
 
 
-def plan_tiles(tokens: int, heads: int, width: int, min_programs: int) -> TilePlan:
+def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
+               min_programs: int) -> TilePlan:
     """Tile ``tokens x heads`` rows of ``width`` padded channels into programs."""
-    rows_cap = 1 << max(0, (ELEMS_PER_PROGRAM // width).bit_length() - 1)
-    bh = _head_block(heads, rows_cap)
+    s = SETTINGS
+    rows_cap = 1 << max(0, (s.elems_per_program // width).bit_length() - 1)
+    bh = _head_block(heads, rows_cap, s.max_head_padding)
     bt = max(1, min(rows_cap // bh, next_pow2(tokens)))
+    # One warp's threads, each holding min_bytes_per_thread of the tile.
+    min_rows = next_pow2(-(-32 * s.min_bytes_per_thread // (element_size * width)))
 
     def programs(bt: int, bh: int) -> int:
         return -(-tokens // bt) * -(-heads // bh)
 
-    while programs(bt, bh) < min_programs and bt > 1:
+    while programs(bt, bh) < min_programs and bt > 1 and bt * bh > min_rows:
         bt //= 2
-    while programs(bt, bh) < min_programs and bh > 1:
+    while programs(bt, bh) < min_programs and bh > 1 and bt * bh > min_rows:
         bh //= 2
-    warps = max(1, min(8, next_pow2(bt * bh * width // ELEMS_PER_WARP)))
+    warps = max(1, min(8, next_pow2(bt * bh * width // s.elems_per_warp)))
     return TilePlan(bt, bh, -(-heads // bh), programs(bt, bh), warps)
 
 
@@ -73,13 +107,13 @@ def min_programs(device: torch.device) -> int:
     """
     if device.type != "cuda":
         return 1
-    return MIN_PROGRAMS_PER_SM * _sm_count(device.index or 0)
+    return max(1, int(SETTINGS.min_programs_per_sm * _sm_count(device.index or 0)))
 
 
-def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int,
+def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,
               device: torch.device) -> tuple[TilePlan, TilePlan]:
     """Plans for the q and the k rows of one launch, sharing the chip by their row counts."""
     total = min_programs(device)
     share_q = -(-total * heads_q // (heads_q + heads_k))
-    return (plan_tiles(tokens, heads_q, width, share_q),
-            plan_tiles(tokens, heads_k, width, max(1, total - share_q)))
+    return (plan_tiles(tokens, heads_q, width, element_size, share_q),
+            plan_tiles(tokens, heads_k, width, element_size, max(1, total - share_q)))

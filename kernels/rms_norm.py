@@ -4,6 +4,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import calls
 from .checks import (
     WEIGHT_MODES,
     as_rows,
@@ -13,19 +14,21 @@ from .checks import (
     check_weight,
     out_rows,
 )
+from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, min_programs, next_pow2, plan_tiles
 from .tiles import (
     COMPILE_OPTIONS,
+    channels,
     inv_rms,
-    norm_weight,
+    load_weight,
     normalize,
-    pairwise_sum,
+    row_base,
+    row_mask,
     tile_coords,
-    token_head_base,
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def rms_norm_kernel(
     x_ptr, y_ptr, w_ptr,
     T, H, eps,
@@ -34,37 +37,33 @@ def rms_norm_kernel(
     D: tl.constexpr, DB: tl.constexpr, OFFSET: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
-    x_row, row_mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
-    y_row, _ = token_head_base(y_ptr, t, h, stride_yt, stride_yh, T, H)
-    d = tl.arange(0, DB)
-    mask = row_mask & (d < D)[None, None, :]
-    x = tl.load(x_row + d[None, None, :], mask=mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
-    w = norm_weight(w_ptr, d, d < D, OFFSET)
-    rstd = inv_rms(tl.reshape(pairwise_sum(x * x, DB, 1, BT, BH), (BT, BH)), D, eps)
-    tl.store(y_row + d[None, None, :], normalize(x, rstd, w, y_ptr.dtype.element_ty), mask=mask)
+    _, t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
+    d = channels(DB)
+    mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, DB]
+    w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)
+    x = tl.load(row_base(x_ptr, t, h, stride_xt, stride_xh) + d, mask=mask,
+                other=0.0).to(tl.float32)
+    y = normalize(x, inv_rms(x, D, eps, BT, BH, DB), w, y_ptr.dtype.element_ty)
+    tl.store(row_base(y_ptr, t, h, stride_yt, stride_yh) + d, y, mask=mask)
 
 
-def norm_plan(tokens: int, heads: int, head_dim: int, device: torch.device) -> TilePlan:
+def norm_plan(tokens: int, heads: int, head_dim: int, device: torch.device,
+              element_size: int = 2) -> TilePlan:
     """The tile plan of an rms_norm launch."""
-    return plan_tiles(tokens, heads, next_pow2(head_dim), min_programs(device))
+    return plan_tiles(tokens, heads, next_pow2(head_dim), element_size, min_programs(device))
 
 
-def launch_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
-                    offset: bool) -> TilePlan:
-    """Launch on validated ``[T, H, D]`` views; returns the tile plan it used."""
+def norm_launch(x: torch.Tensor, y: torch.Tensor, eps: float, offset: bool,
+                slots: tuple[int, int, int], plan: TilePlan) -> KernelLaunch:
+    """The launch normalising the validated ``[T, H, D]`` view ``x`` into ``y``; ``slots``
+    name the call tuple's x, y and weight."""
     T, H, D = x.shape
-    DB = next_pow2(D)
-    plan = norm_plan(T, H, D, x.device)
-    if T and H:
-        rms_norm_kernel[(plan.programs,)](
-            x, y, weight, T, H, eps,
-            x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-            plan.head_blocks,
-            D=D, DB=DB, OFFSET=offset, BT=plan.block_t, BH=plan.block_h,
-            num_warps=plan.num_warps, **COMPILE_OPTIONS,
-        )
-    return plan
+    return KernelLaunch(
+        rms_norm_kernel, (plan.programs,), slots,
+        (T, H, eps, x.stride(0), x.stride(1), y.stride(0), y.stride(1), plan.head_blocks,
+         D, next_pow2(D), offset, plan.block_t, plan.block_h),
+        {"num_warps": plan.num_warps, **COMPILE_OPTIONS},
+    )
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
@@ -76,12 +75,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
     (``"offset"``), computed in fp32 and rounded to ``x.dtype``. Writes into ``out``
     (``out=x`` normalises in place) or a new tensor, and returns it.
     """
-    rows = as_rows("x", x)
-    check_launchable("x", x)
-    check_weight("weight", weight, x.shape[-1], x.device)
-    check_choice("weight_mode", weight_mode, WEIGHT_MODES)
-    eps = check_eps(eps)
+
+    def build() -> tuple[KernelLaunch, ...]:
+        rows = as_rows("x", x)
+        check_launchable("x", x)
+        check_weight("weight", weight, x.shape[-1], x.device)
+        check_choice("weight_mode", weight_mode, WEIGHT_MODES)
+        norm_eps = check_eps(eps)
+        y = out_rows("out", torch.empty_like(x) if out is None else out, x)
+        T, H, D = rows.shape
+        plan = norm_plan(T, H, D, x.device, x.element_size())
+        return nonempty(norm_launch(rows, y, norm_eps, weight_mode == "offset", (0, 1, 2),
+                                    plan))
+
+    launches = calls.resolve("rms_norm", (x, weight, out), (eps, weight_mode), build)
     if out is None:
         out = torch.empty_like(x)
-    launch_rms_norm(rows, out_rows("out", out, x), weight, eps, weight_mode == "offset")
+    for kernel_launch in launches:
+        kernel_launch((x, out, weight))
     return out

@@ -4,10 +4,12 @@ from collections.abc import Sequence
 
 import torch
 
-from .checks import RopeCall, check_norm, check_rope
+from . import calls
+from .checks import check_flag, check_norm, check_rope
+from .launch import nonempty
 from .plan import TilePlan
-from .rms_norm import launch_rms_norm, norm_plan
-from .rope import launch_rope, rope_plans
+from .rms_norm import norm_launch, norm_plan
+from .rope import rope_launch, rope_plans
 
 
 def qk_norm_rope_split(
@@ -16,33 +18,47 @@ def qk_norm_rope_split(
     rotary_dim: int | None = None, style: str = "neox", weight_mode: str = "plain",
     mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned",
     inplace: bool = True, q_out: torch.Tensor | None = None,
-    k_out: torch.Tensor | None = None, check_positions: bool | None = None,
+    k_out: torch.Tensor | None = None, check_positions: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same operation and signature as ``qk_norm_rope``, as three launches.
+    """The same operation and signature as ``qk_norm_rope`` (less ``pdl``), as three
+    launches.
 
     q and k are normalised into their outputs (``q, k`` themselves when ``inplace``),
     then both outputs are rotated in place by one ``rope`` launch.
     """
-    call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
-                      mrope_section=mrope_section, mrope_layout=mrope_layout, inplace=inplace,
-                      q_out=q_out, k_out=k_out, check_positions=check_positions)
-    eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps, weight_mode)
-    launch_split(call, q_weight, k_weight, eps, offset)
-    return call.q_result, call.k_result
+    tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)
+    options = (eps, rotary_dim, style, weight_mode, calls.section_key(mrope_section),
+               mrope_layout, inplace)
+
+    def build() -> calls.Resolved:
+        call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
+                          mrope_section=mrope_section, mrope_layout=mrope_layout,
+                          inplace=inplace, q_out=q_out, k_out=k_out)
+        norm_eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps,
+                                      weight_mode)
+        T, HQ, D = call.q.shape
+        plans = split_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
+                            q.element_size())
+        launches = nonempty(
+            norm_launch(call.q, call.q_out, norm_eps, offset,
+                        (calls.Q, calls.Q_OUT, calls.Q_WEIGHT), plans[0]),
+            norm_launch(call.k, call.k_out, norm_eps, offset,
+                        (calls.K, calls.K_OUT, calls.K_WEIGHT), plans[1]),
+            rope_launch(call, call.q_out, call.k_out, call.q_out, call.k_out, True,
+                        (calls.Q_OUT, calls.K_OUT, calls.Q_OUT, calls.K_OUT, calls.CACHE,
+                         calls.POSITIONS), (plans[2], plans[3])),
+        )
+        return calls.Resolved(launches, bool(inplace), call.max_pos)
+
+    entry = calls.resolve("split", tensors, options, build)
+    return entry.run(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,
+                     check_flag("check_positions", check_positions))
 
 
 def split_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
-                device: torch.device) -> list[TilePlan]:
+                device: torch.device, element_size: int = 2) -> list[TilePlan]:
     """The tile plans of the three launches: norm q, norm k, then rope's q and k."""
-    return [norm_plan(tokens, heads_q, head_dim, device),
-            norm_plan(tokens, heads_k, head_dim, device),
-            *rope_plans(tokens, heads_q, heads_k, head_dim, rotary_dim, False, device)]
-
-
-def launch_split(call: RopeCall, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-                 offset: bool) -> list[TilePlan]:
-    """The three launches on a validated call; returns their tile plans in order."""
-    plans = [launch_rms_norm(call.q, call.q_out, q_weight, eps, offset),
-             launch_rms_norm(call.k, call.k_out, k_weight, eps, offset)]
-    plans += launch_rope(call, call.q_out, call.k_out, call.q_out, call.k_out)
-    return plans
+    return [norm_plan(tokens, heads_q, head_dim, device, element_size),
+            norm_plan(tokens, heads_k, head_dim, device, element_size),
+            *rope_plans(tokens, heads_q, heads_k, head_dim, rotary_dim, True, device,
+                        element_size)]

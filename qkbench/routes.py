@@ -8,10 +8,11 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, partial
 from itertools import count
 
 import torch
+import torch.nn.functional as F
 
 from qkbench.case import Inputs
 from qkbench.errors import RouteError
@@ -47,14 +48,12 @@ class Route:
     def _launch(self, inputs: Inputs, inplace: bool, empty_like: Callable,
                 calls: Iterator[int]) -> Launch:
         outs = {} if inplace else {"q_out": empty_like(inputs.q), "k_out": empty_like(inputs.k)}
-        # Positions were checked once by verification; a graph capture cannot read them.
-        extra = {"check_positions": False} if self.exact_group == "triton" else {}
         every = self.extra_every
 
         def launch() -> None:
-            inputs.call(self.op, inplace=inplace, **outs, **extra)
+            inputs.call(self.op, inplace=inplace, **outs)
             if every and next(calls) % every == 0:
-                inputs.call(self.op, inplace=inplace, **outs, **extra)
+                inputs.call(self.op, inplace=inplace, **outs)
 
         launch.work = 1.0 + (1.0 / every if every else 0.0)
         return launch
@@ -85,19 +84,69 @@ def eager_op(q, k, q_weight, k_weight, positions, cos_sin_cache, *, inplace: boo
     return _deliver(results, q, k, inplace, q_out, k_out)
 
 
-@cache
-def _compiled_reference() -> Callable:
-    from qkbench.kernels import reference
+def plain_qk_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,
+                       lane_axes, *, eps: float = 1e-6, rotary_dim: int | None = None,
+                       style: str = "neox", weight_mode: str = "plain") -> None:
+    """The operation as a user would write it in torch: ``F.rms_norm`` over each head row
+    (in fp32, rounded to the storage dtype), then RoPE in fp32 with the cos/sin rows
+    gathered by position, written into ``q_out, k_out`` (which may be ``q, k``).
+    ``lane_axes``: None, or for MRoPE the position axis of each rotary lane."""
+    D = q.shape[-1]
+    rotary = rotary_dim or D
+    half = rotary // 2
+    table = cos_sin_cache.float()
+    if lane_axes is None:
+        rows = table[positions.reshape(-1).long()]  # [T, rotary]
+    else:
+        # Each rotary lane reads the table row of its own axis's position.
+        per_axis = table[positions.reshape(3, -1).long()]  # [3, T, rotary]
+        lanes = torch.arange(half, device=q.device)
+        rows = torch.cat((per_axis[lane_axes, :, lanes].T,
+                          per_axis[lane_axes, :, half + lanes].T), -1)
+    lead = q.shape[:-2]
+    cos = rows[:, :half].reshape(*lead, 1, half)
+    sin = rows[:, half:].reshape(*lead, 1, half)
+    for x, weight, out in ((q, q_weight, q_out), (k, k_weight, k_out)):
+        w = weight.float() + 1 if weight_mode == "offset" else weight.float()
+        normed = F.rms_norm(x.float(), (D,), w, eps).to(x.dtype).float()
+        rot, rest = normed[..., :rotary], normed[..., rotary:]
+        if style == "neox":
+            x1, x2 = rot[..., :half], rot[..., half:]
+        else:
+            x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        rot = torch.cat((o1, o2), -1) if style == "neox" else torch.stack((o1, o2), -1).flatten(-2)
+        out.copy_(torch.cat((rot, rest), -1))
 
-    return torch.compile(reference.qk_norm_rope_reference, dynamic=False)
+
+# torch.compile specialises per shape (dynamic=False, as a decode graph would); a sweep
+# compiles one graph per case, past dynamo's default limit of 8 per function.
+RECOMPILE_LIMIT = 1024
+
+
+@cache
+def _compiled_plain() -> Callable:
+    return torch.compile(plain_qk_norm_rope, dynamic=False)
 
 
 def compiled_op(q, k, q_weight, k_weight, positions, cos_sin_cache, *, inplace: bool = True,
-                q_out=None, k_out=None, **options):
-    """``torch.compile`` of the eager reference (compiled on first call, before capture)."""
-    results = _compiled_reference()(q, k, q_weight, k_weight, positions, cos_sin_cache,
-                                    **options)
-    return _deliver(results, q, k, inplace, q_out, k_out)
+                q_out=None, k_out=None, mrope_section=None, mrope_layout: str = "sectioned",
+                **options):
+    """``torch.compile`` of ``plain_qk_norm_rope``: the baseline a user gets without custom
+    kernels (compiled on first call per shape, before capture; not bit-exact)."""
+    from qkbench.kernels.mrope import axis_map_tensor
+
+    lane_axes = None if mrope_section is None else axis_map_tensor(
+        tuple(mrope_section), mrope_layout, q.device)
+    if inplace:
+        q_out, k_out = q, k
+    else:
+        q_out = torch.empty_like(q) if q_out is None else q_out
+        k_out = torch.empty_like(k) if k_out is None else k_out
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        _compiled_plain()(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,
+                          lane_axes, **options)
+    return q_out, k_out
 
 
 def _builtin() -> dict[str, Route]:
@@ -106,12 +155,17 @@ def _builtin() -> dict[str, Route]:
     return {
         "split": Route("split", qk_norm_rope_split, "triton", traffic.split_bytes),
         "fused": Route("fused", qk_norm_rope, "triton", traffic.fused_bytes),
+        # Programmatic Dependent Launch: its prologue overlaps the previous launch's tail,
+        # which in a graph of back-to-back launches of one kernel overlaps more than in a
+        # model's layer (where the previous kernel is, say, the qkv projection).
+        "fused-pdl": Route("fused-pdl", partial(qk_norm_rope, pdl=True), "triton",
+                           traffic.fused_bytes),
         "eager": Route("eager", eager_op),
         "compiled": Route("compiled", compiled_op),
     }
 
 
-BUILTIN = ("split", "fused", "eager", "compiled")
+BUILTIN = ("split", "fused", "fused-pdl", "eager", "compiled")
 
 
 TWIN = "~twin"

@@ -16,7 +16,7 @@ import torch
 
 from qkbench import schedule
 from qkbench.backends import Backend, backend_for
-from qkbench.case import Case, Inputs, fresh_copy, make_inputs
+from qkbench.case import DTYPES, Case, Inputs, fresh_copy, make_inputs
 from qkbench.protocol import Protocol, parse
 from qkbench.routes import Route, resolve
 from qkbench.verify import verify
@@ -59,7 +59,8 @@ def _plans(case: Case, device: torch.device) -> dict:
     from qkbench.kernels.split import split_plans
 
     g = case.geometry
-    args = (case.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary, device)
+    args = (case.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary, device,
+            DTYPES[case.dtype].itemsize)
     return {"fused": [p.as_dict() for p in fused_plans(*args)],
             "split": [p.as_dict() for p in split_plans(*args)]}
 

@@ -50,10 +50,12 @@ BAD = [
      r"positions.dtype must be int32 or int64"),
     ("positions-shape", lambda i: {"positions": i.positions[:4]}, ValueError,
      r"positions must have shape \[5\]"),
-    ("positions-negative", lambda i: {"positions": i.positions - 100}, ValueError,
-     r"positions must lie in \[0, 64\)"),
-    ("positions-past-table", lambda i: {"positions": i.positions + 64}, ValueError,
-     r"positions must lie in \[0, 64\)"),
+    ("positions-negative", lambda i: {"positions": i.positions - 100, "check_positions": True},
+     ValueError, r"positions must lie in \[0, 64\)"),
+    ("positions-past-table", lambda i: {"positions": i.positions + 64, "check_positions": True},
+     ValueError, r"positions must lie in \[0, 64\)"),
+    ("check-positions-type", lambda i: {"check_positions": None}, TypeError,
+     r"check_positions must be a bool"),
     ("mrope-section-sum", lambda i: {**_mrope(i), "mrope_section": (8, 8, 8)}, ValueError,
      r"mrope_section \[8, 8, 8\] sums to 24, expected rotary_dim / 2 = 32"),
     ("mrope-section-length", lambda i: {**_mrope(i), "mrope_section": (16, 16)}, ValueError,
@@ -95,6 +97,11 @@ def test_tensors_on_the_cpu_without_the_interpreter_are_refused(monkeypatch, inp
         pytest.skip("the inputs are on a GPU")
     with pytest.raises(ValueError, match=r"q is on cpu: the Triton kernels run on a CUDA"):
         inputs.call(qk_norm_rope)
+
+
+def test_a_pdl_flag_that_is_not_a_bool_is_named(inputs):
+    with pytest.raises(TypeError, match=r"pdl must be a bool, got str"):
+        inputs.call(qk_norm_rope, pdl="yes")
 
 
 def test_rope_alone_validates_like_the_fused_op(inputs):

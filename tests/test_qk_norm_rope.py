@@ -7,7 +7,7 @@ import torch
 
 from qkbench.accuracy import differing_share
 from qkbench.case import Case, Geometry, make_inputs
-from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
+from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split, rms_norm, rope
 
 from conftest import gpu_only
 from helpers import assert_bit_identical, assert_matches_oracle, oracle_of
@@ -96,16 +96,16 @@ def poisoned(like: torch.Tensor) -> torch.Tensor:
     return torch.full(like.shape, float("nan"), dtype=like.dtype, device=like.device)
 
 
-def routes_on(c: Case, seed: int, device: str):
+def routes_on(c: Case, seed: int, device: str, **fused_options):
     """Run both routes on one set of inputs (out of place: into poisoned buffers);
     returns (inputs, fused, split)."""
     inputs = make_inputs(c, seed, device)
     inplace = c.geometry.inplace
     results = []
-    for op in (qk_norm_rope, qk_norm_rope_split):
+    for op, options in ((qk_norm_rope, fused_options), (qk_norm_rope_split, {})):
         q, k = inputs.q.clone(), inputs.k.clone()
         outs = {} if inplace else {"q_out": poisoned(q), "k_out": poisoned(k)}
-        results.append(inputs.with_qk(q, k).call(op, inplace=inplace, **outs))
+        results.append(inputs.with_qk(q, k).call(op, inplace=inplace, **outs, **options))
     return inputs, results[0], results[1]
 
 
@@ -113,6 +113,53 @@ def routes_on(c: Case, seed: int, device: str):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_fused_route_is_bit_identical_to_split_route(c, seed, device):
     _, (fq, fk), (sq, sk) = routes_on(c, seed, device)
+    assert_bit_identical(fq, sq, "q")
+    assert_bit_identical(fk, sk, "k")
+
+
+# Plan settings that cut rows into other tiles: several tokens and heads per program, one
+# row per program, more warps per row, fewer and larger programs.
+TILE_SETTINGS = {
+    "tiny-tiles": {"elems_per_program": 256, "min_bytes_per_thread": 0},
+    "many-warps": {"elems_per_program": 2048, "elems_per_warp": 128},
+    "large-tiles": {"elems_per_program": 16384},
+    "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
+    "few-programs": {"min_programs_per_sm": 0.25},
+}
+TILE_CASES = [
+    case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
+         inplace=False),
+    case(tokens=6, head_dim=128, rotary_dim=32, style="gptj"),
+    case(tokens=5, mrope_section=(8, 12, 12), mrope_layout="interleaved"),
+    case(tokens=4, head_dim=80, rotary_dim=16, dtype="float32", inplace=False),
+]
+GPU_TILE_CASES = [
+    case(tokens=t, head_dim=d, rotary_dim=r, heads_q=hq, heads_k=hk, weight_mode=w,
+         inplace=inplace)
+    for t in (1, 8, 64, 3000) for d, r, hq, hk, w, inplace in (
+        (128, 128, 32, 8, "plain", True), (256, 64, 24, 4, "offset", False))
+]
+
+
+@pytest.mark.parametrize("settings", TILE_SETTINGS.values(), ids=TILE_SETTINGS.keys())
+@pytest.mark.parametrize("c", [pytest.param(c, id=case_id(c)) for c in TILE_CASES] + [
+    pytest.param(c, id="gpu-" + case_id(c), marks=gpu_only) for c in GPU_TILE_CASES])
+def test_every_tile_shape_is_bit_identical_to_the_split_route(c, settings, device):
+    with plan.use(**settings):
+        _, (fq, fk), (sq, sk) = routes_on(c, 3, device)
+    assert_bit_identical(fq, sq, "q")
+    assert_bit_identical(fk, sk, "k")
+
+
+PDL_CASES = [*GPU_TILE_CASES,
+             case(tokens=8, head_dim=128, mrope_section=(24, 20, 20), mrope_layout="interleaved",
+                  style="gptj", table="activation")]
+
+
+@gpu_only
+@pytest.mark.parametrize("c", [pytest.param(c, id=case_id(c)) for c in PDL_CASES])
+def test_programmatic_dependent_launch_is_bit_identical_to_the_split_route(c, device):
+    _, (fq, fk), (sq, sk) = routes_on(c, 4, device, pdl=True)
     assert_bit_identical(fq, sq, "q")
     assert_bit_identical(fk, sk, "k")
 

@@ -75,3 +75,14 @@ def test_a_route_off_the_oracle_is_described_in_a_sentence_with_the_bound(device
     sentence = route_problem("wrong", "plain/T3", report["wrong"])
     assert re.fullmatch(r"route wrong is wrong on plain/T3: its q output is up to \S+ of a "
                         r"row's scale off the FP64 oracle \(bound 1\.6e-02\)", sentence), sentence
+
+
+def test_compiled_is_torch_compile_of_the_plain_op_checked_against_the_oracle_only(device):
+    # gptj, partial rotary, an fp16 activation table: what the plain implementation handles.
+    geometry = replace(PLAIN, name="gptj", style="gptj", rotary_dim=32, inplace=True)
+    inputs = make_inputs(Case(geometry, 5, dtype="float16", table_dtype="activation",
+                              max_position=64), 1, device)
+    compiled = resolve("compiled")
+    assert compiled.exact_group is None and compiled.traffic is None
+    report = verify([resolve("fused"), compiled], inputs, geometry.inplace)
+    assert report["compiled"]["ok"] and "exact_with" not in report["compiled"]

@@ -1,0 +1,77 @@
+"""The call path the rotating ops share (``qk_norm_rope``, its split route, ``rope``).
+
+A call's tensors travel as one tuple in the order of ``SLOTS``; each kernel launch names
+the slots it reads. Everything else is resolved once per key (``launch.resolve``).
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+from . import launch
+from .checks import check_position_range, interpreting
+from .launch import KernelLaunch
+
+# The call tuple: where each tensor of a call sits, for KernelLaunch.slots.
+SLOTS = ("q", "k", "q_out", "k_out", "q_weight", "k_weight", "cos_sin_cache", "positions")
+Q, K, Q_OUT, K_OUT, Q_WEIGHT, K_WEIGHT, CACHE, POSITIONS = range(len(SLOTS))
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A validated call of one shape: its launches and what the per-call work needs."""
+
+    launches: tuple[KernelLaunch, ...]
+    inplace: bool
+    max_pos: int
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor | None,
+            k_weight: torch.Tensor | None, positions: torch.Tensor,
+            cos_sin_cache: torch.Tensor, q_out: torch.Tensor | None,
+            k_out: torch.Tensor | None,
+            check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if check_positions:
+            check_position_range(positions, self.max_pos)
+        if self.inplace:
+            q_out, k_out = q, k
+        else:
+            if q_out is None:
+                q_out = torch.empty_like(q)
+            if k_out is None:
+                k_out = torch.empty_like(k)
+        tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)
+        for kernel_launch in self.launches:
+            kernel_launch(tensors)
+        return q_out, k_out
+
+
+def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:
+    """The cache key of a call (``tensors[0]`` the tensor it runs on), or None where it
+    cannot be formed: a call with a non-tensor is validated afresh, and raises there."""
+    try:
+        return (op, *[None if x is None else (x.shape, x.stride(), x.dtype, x.device)
+                      for x in tensors],
+                *options, *map(type, options), tensors[0].is_cuda or interpreting())
+    except AttributeError:
+        return None
+
+
+def section_key(mrope_section: object) -> object:
+    """``mrope_section`` in a hashable form (a list becomes a tuple)."""
+    if mrope_section is None or type(mrope_section) is tuple:
+        return mrope_section
+    try:
+        return tuple(mrope_section)
+    except TypeError:
+        return mrope_section
+
+
+def resolve(op: str, tensors: Sequence[object], options: tuple, build: Callable[[], T]) -> T:
+    """What ``build`` resolves (and validates) for these arguments, built on first sight.
+
+    ``tensors[0]`` is the tensor the call runs on."""
+    return launch.resolve(call_key(op, tensors, options), build)

@@ -1,0 +1,372 @@
+"""Check and time the kernels on a GPU, every variant at the issue's goal shapes, in one call.
+
+    python scripts/bench_kernels.py [--out DIR] [--budget SECONDS]
+
+For every shape it first checks that each fused variant is bit-identical to the split route
+and that the fused route meets the FP64 oracle, then times each variant inside a CUDA graph
+of 32 launches (hot cache, the median of many replays), beside a same-bytes copy_ of q and
+k, the device's copy bandwidth (a 256 MiB copy_) and an empty kernel's launch floor in the
+same kind of graph. Variants: the split route; the fused route with the default plan, with
+Programmatic Dependent Launch (decode widths), and with other plan settings
+(``kernels.plan.Settings``). Then the host cost of an eager call (``qkbench.hostcost``).
+
+Writes ``bench_kernels.json`` into ``--out`` (default ``$OUT``, else ``.``) after every
+shape, so a run cut off keeps what it finished, and prints a compact table last. Exits 1
+if any check failed. Not the harness's method (no null arm): a ranking of variants and a
+reading against the goals, to be confirmed by ``qkbench sweep``.
+
+``--device cpu --quick`` runs the same code on tiny shapes under Triton's interpreter
+(figures meaningless), as the tests do.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+GOALS_US = {  # (geometry, T) -> per-call us the fused route must not exceed
+    ("qwen3-32x8", 1): 1.30, ("qwen3-16x2", 1): 1.30, ("qwen3.5-16x2", 1): 1.30,
+    ("qwen3.5-24x4", 1): 1.30, ("qwen3-32x8", 8): 1.35, ("qwen3-16x2", 8): 1.35,
+    ("qwen3.5-16x2", 8): 1.35, ("qwen3.5-24x4", 8): 1.35, ("qwen3-32x8", 64): 2.0,
+}
+GOALS_SHARE = {  # geometry -> share of copy the fused route must reach at T >= 8192
+    "qwen3-32x8": 0.94, "qwen3-16x2": 0.92, "qwen3.5-16x2": 0.92, "qwen3.5-24x4": 0.92,
+    "dit-24x24": 0.90,
+}
+# Plan settings tried beside the default (kernels.plan.Settings fields).
+DECODE_VARIANTS = {
+    "rows1": {"min_bytes_per_thread": 0},  # one row per program where the chip asks for it
+    "spread1": {"min_programs_per_sm": 1},
+    "spread1/4": {"min_programs_per_sm": 0.25},
+    "warp512": {"elems_per_warp": 512},
+}
+LARGE_VARIANTS = {
+    "elems2048": {"elems_per_program": 2048},
+    "elems8192": {"elems_per_program": 8192},
+    "warp512": {"elems_per_warp": 512},
+    "warp2048": {"elems_per_warp": 2048},
+}
+DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
+# route's three kernels are also timed alone against their own bytes
+
+
+@dataclass
+class Shape:
+    geometry: object  # qkbench.case.Geometry
+    tokens: int
+    max_position: int = 8192
+
+    @property
+    def name(self) -> str:
+        return f"{self.geometry.name}/T{self.tokens}"
+
+
+@dataclass
+class Run:
+    out: Path
+    device: torch.device
+    samples: int
+    budget_s: float
+    inner_reps: int = 32
+    started: float = field(default_factory=time.perf_counter)
+    result: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+
+    def over_budget(self) -> bool:
+        return time.perf_counter() - self.started > self.budget_s
+
+    def save(self) -> None:
+        """Write the JSON atomically, so that a run cut off leaves a readable file."""
+        self.result["failures"] = self.failures
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.result, indent=1, default=str))
+        tmp.replace(self.out)
+
+
+def shapes(quick: bool) -> list[Shape]:
+    from qkbench.case import Geometry
+
+    if quick:
+        return [Shape(Geometry("tiny", 2, 1, 64), 3),
+                Shape(Geometry("tiny-partial", 2, 1, 128, 32, weight_mode="offset",
+                               inplace=False), DECODE_MAX + 1)]
+    text = dict(weight_mode="offset", inplace=False)
+    geometries = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128),
+                  Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
+                  Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
+    # The goals first (decode, then bandwidth), so that a cut-off run keeps them.
+    out = [Shape(g, t) for t in (1, 8, 64) for g in geometries]
+    out.append(Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973))
+    out += [Shape(g, t, 40960) for t in (8192, 32768, 2048) for g in geometries]
+    return out
+
+
+def per_call_us(run: "Run", backend, launch) -> float:
+    """Median per-call us of ``launch`` in a graph of ``run.inner_reps`` launches."""
+    from qkbench.limits import per_call_seconds
+
+    return statistics.median(per_call_seconds(backend, launch, run.inner_reps,
+                                              run.samples)) * 1e6
+
+
+def call(op, inputs, inplace: bool, **options):
+    """One call of ``op`` on fresh copies of q and k: in place, or into NaN-filled outputs
+    (so that an element left unwritten cannot pass for computed)."""
+    from qkbench.case import fresh_copy
+
+    q, k = fresh_copy(inputs.q), fresh_copy(inputs.k)
+    if inplace:
+        return inputs.with_qk(q, k).call(op, inplace=True, **options)
+    outs = {"q_out": torch.full_like(q, float("nan")), "k_out": torch.full_like(k, float("nan"))}
+    return inputs.with_qk(q, k).call(op, inplace=False, **outs, **options)
+
+
+def launcher(op, inputs, inplace: bool, **options):
+    """A zero-argument launch of ``op`` on buffers of its own, for graph capture."""
+    from qkbench.case import fresh_copy
+
+    q, k = fresh_copy(inputs.q), fresh_copy(inputs.k)
+    args = inputs.with_qk(q, k)
+    outs = {} if inplace else {"q_out": torch.empty_like(q), "k_out": torch.empty_like(k)}
+    return lambda: args.call(op, inplace=inplace, **outs, **options)
+
+
+def identical(a: tuple, b: tuple) -> bool:
+    from qkbench.accuracy import differing_share
+
+    return all(differing_share(x, y) == 0.0 for x, y in zip(a, b, strict=True))
+
+
+def measure_variant(run: Run, backend, entry: dict, label: str, op, inputs, inplace: bool,
+                    split_out: tuple, settings: dict, **options) -> None:
+    """Check one variant against the split route's output, then time it."""
+    from qkbench.kernels import launch, plan
+
+    if run.over_budget():
+        entry["results"][label] = {"skipped": "over the time budget"}
+        return
+    try:
+        with plan.use(**settings):
+            with launch.recording() as recorded:
+                out = call(op, inputs, inplace, **options)
+            ok = identical(out, split_out)
+            us = per_call_us(run, backend, launcher(op, inputs, inplace, **options))
+        entry["results"][label] = {
+            "us": us, "bits_equal_split": ok, "settings": settings, **options,
+            "launches": [kernel_launch.settings() for kernel_launch, _ in recorded]}
+        if not ok:
+            run.failures.append(f"{entry['shape']} {label}: differs from split in its bits")
+    except Exception as e:  # recorded and reported; the other variants still run
+        entry["results"][label] = {"error": f"{type(e).__name__}: {e}"}
+        run.failures.append(f"{entry['shape']} {label}: {type(e).__name__}: {e}")
+
+
+def split_kernels(run: Run, backend, inputs) -> dict:
+    """Each of the split route's three launches timed alone, with its own bytes: the two
+    norms (rows read and written, the weight) and the rotation in place (rotary channels
+    read and written, the table rows and positions). They add up to ``split_bytes``."""
+    from qkbench.kernels import rms_norm, rope
+
+    opts = inputs.options
+    q_out, k_out = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+    norm = {"eps": opts["eps"], "weight_mode": opts["weight_mode"]}
+    rotary = opts["rotary_dim"]
+    tokens = inputs.positions.shape[-1]
+
+    def size(x: torch.Tensor, width: int | None = None) -> int:
+        return x.numel() // x.shape[-1] * (width or x.shape[-1]) * x.element_size()
+
+    launches = {
+        "norm_q": (lambda: rms_norm(inputs.q, inputs.q_weight, out=q_out, **norm),
+                   2 * size(inputs.q) + size(inputs.q_weight)),
+        "norm_k": (lambda: rms_norm(inputs.k, inputs.k_weight, out=k_out, **norm),
+                   2 * size(inputs.k) + size(inputs.k_weight)),
+        "rope": (lambda: rope(q_out, k_out, inputs.positions, inputs.cos_sin_cache,
+                              rotary_dim=rotary, style=opts["style"],
+                              mrope_section=opts["mrope_section"],
+                              mrope_layout=opts["mrope_layout"]),
+                 2 * (size(q_out, rotary) + size(k_out, rotary))
+                 + tokens * rotary * inputs.cos_sin_cache.element_size()
+                 + inputs.positions.numel() * inputs.positions.element_size()),
+    }
+    return {name: {"us": per_call_us(run, backend, launch), "bytes": size_}
+            for name, (launch, size_) in launches.items()}
+
+
+def measure_shape(run: Run, backend, shape: Shape) -> dict:
+    from qkbench.accuracy import oracle_error, within_tolerance
+    from qkbench.case import Case, make_inputs
+    from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, reference, traffic
+
+    g = shape.geometry
+    inputs = make_inputs(Case(g, shape.tokens, max_position=shape.max_position), 0,
+                         run.device)
+    entry = {"shape": shape.name, "geometry": g.name, "label": g.label,
+             "tokens": shape.tokens, "inplace": g.inplace, "results": {},
+             "bytes": {"fused": inputs.call(traffic.fused_bytes),
+                       "split": inputs.call(traffic.split_bytes)}}
+    split_out = call(qk_norm_rope_split, inputs, g.inplace)
+    fused_out = call(qk_norm_rope, inputs, g.inplace)
+    oracle = inputs.call(reference.qk_norm_rope_oracle)
+    errors = [oracle_error(out, ref) for out, ref in zip(fused_out, oracle, strict=True)]
+    entry["oracle"] = {"errors": errors,
+                       "ok": all(within_tolerance(e, inputs.q.dtype) for e in errors)}
+    if not entry["oracle"]["ok"]:
+        run.failures.append(f"{shape.name}: fused misses the FP64 oracle: {errors}")
+    del oracle, fused_out
+
+    def copy_launch():
+        q, k = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+        return lambda: (q.copy_(inputs.q), k.copy_(inputs.k))
+
+    entry["copy_qk_us"] = per_call_us(run, backend, copy_launch())
+    split_us = per_call_us(run, backend, launcher(qk_norm_rope_split, inputs, g.inplace))
+    entry["results"]["split"] = {"us": split_us}
+    if shape.tokens > DECODE_MAX:
+        entry["split_kernels"] = split_kernels(run, backend, inputs)
+    measure_variant(run, backend, entry, "fused", qk_norm_rope, inputs, g.inplace, split_out,
+                    {})
+    decode = shape.tokens <= DECODE_MAX
+    if decode:
+        measure_variant(run, backend, entry, "fused+pdl", qk_norm_rope, inputs, g.inplace,
+                        split_out, {}, pdl=True)
+    for label, settings in (DECODE_VARIANTS if decode else LARGE_VARIANTS).items():
+        measure_variant(run, backend, entry, f"fused:{label}", qk_norm_rope, inputs,
+                        g.inplace, split_out, settings)
+    return entry
+
+
+def shares(entry: dict, copy_gbps: float) -> None:
+    """Each timed variant's achieved bandwidth as a share of the copy bandwidth."""
+    for label, r in entry["results"].items():
+        if "us" in r:
+            size = entry["bytes"]["split" if label == "split" else "fused"]
+            r["share_of_copy"] = size / (r["us"] * 1e-6) / (copy_gbps * 1e9)
+    for r in entry.get("split_kernels", {}).values():
+        r["share_of_copy"] = r["bytes"] / (r["us"] * 1e-6) / (copy_gbps * 1e9)
+
+
+def goal(entry: dict) -> tuple[str, bool | None]:
+    """The goal for this shape's fused route and whether the default plan meets it."""
+    fused = entry["results"].get("fused", {})
+    key = (entry["geometry"], entry["tokens"])
+    if key in GOALS_US:
+        return f"<= {GOALS_US[key]:.2f} us", ("us" in fused and fused["us"] <= GOALS_US[key])
+    if entry["geometry"] in GOALS_SHARE and (entry["tokens"] >= 8192
+                                             or entry["geometry"] == "dit-24x24"):
+        want = GOALS_SHARE[entry["geometry"]]
+        return f">= {want:.0%} copy", ("share_of_copy" in fused
+                                       and fused["share_of_copy"] >= want)
+    return "", None
+
+
+def cell(results: dict, label: str, width: int = 15) -> str:
+    """One variant's us (and share of copy where the column is wide enough)."""
+    v = results.get(label, {})
+    if "us" not in v:
+        return f"{'err' if 'error' in v else '-':>{width}s}"
+    if width < 15:
+        return f"{v['us']:{width}.2f}"
+    return f"{v['us']:7.2f} ({v.get('share_of_copy', 0):5.1%})"
+
+
+def table(result: dict) -> str:
+    limits = result.get("limits", {})
+    lines = [f"device {result['env'].get('gpu', '?')}, torch {result['env']['torch']}, "
+             f"triton {result['env']['triton']}; copy {limits.get('copy_gbps', 0):.0f} GB/s, "
+             f"empty kernel {limits.get('floor_one_program_us', 0):.2f} us (1 program) / "
+             f"{limits.get('floor_one_per_sm_us', 0):.2f} us (1 per SM); graphs of "
+             f"{result['inner_reps']} launches, median of {result['samples']} replays"]
+    head = (f"{'shape':24s} {'copy qk':>8s} {'split':>15s} {'fused':>15s} {'fused+pdl':>10s} "
+            f"{'best fused variant':>26s}  goal")
+    lines += [head, "-" * len(head)]
+    for entry in result["shapes"]:
+        r = entry["results"]
+        variants = {k: v for k, v in r.items() if k.startswith("fused") and "us" in v}
+        best = min(variants, key=lambda k: variants[k]["us"]) if variants else None
+        best_cell = (f"{best} {variants[best]['us']:.2f} ({variants[best]['share_of_copy']:.1%})"
+                     if best else "-")
+        want, met = goal(entry)
+        mark = "" if met is None else (" met" if met else " MISSED")
+        bits = all(v.get("bits_equal_split", True) for v in r.values())
+        kernels = entry.get("split_kernels")
+        split_note = ("  split kernels " + "/".join(f"{k['share_of_copy']:.0%}"
+                                                   for k in kernels.values())
+                      if kernels else "")
+        lines.append(f"{entry['shape']:24s} {entry['copy_qk_us']:8.2f} {cell(r, 'split')} "
+                     f"{cell(r, 'fused')} {cell(r, 'fused+pdl', 10)} {best_cell:>26s}  "
+                     f"{want}{mark}{split_note}"
+                     + ("" if bits and entry["oracle"]["ok"] else "  CHECK FAILED"))
+    host = result.get("host_cost")
+    if host:
+        lines.append("host us per eager call (" + host["geometry"] + f" T={host['tokens']}): "
+                     + ", ".join(f"{k} {v:.1f}" for k, v in host["us_per_call"].items()
+                                 if v is not None))
+    if result.get("skipped"):
+        lines.append("not measured (time budget): " + ", ".join(result["skipped"]))
+    lines.append(f"checks: {'all passed' if not result['failures'] else 'FAILED'}"
+                 + "".join(f"\n  {f}" for f in result["failures"]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--budget", type=float, default=300.0,
+                        help="seconds after which no new shape or variant is started")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="graph replays per timing (default 100; 1 with --quick)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU tests)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are imported
+    from qkbench import env, hostcost, limits
+    from qkbench.backends import backend_for
+
+    out = Path(args.out) / "bench_kernels.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run = Run(out, device, args.samples or (1 if args.quick else 100), args.budget,
+              2 if args.quick else 32)
+    backend = backend_for(device)
+    run.result = {"env": {k: v for k, v in env.capture(device).items()
+                          if k not in ("kernels_sha256",)}, "shapes": [],
+                  "inner_reps": run.inner_reps, "samples": run.samples}
+    run.result["env"]["gpu"] = run.result["env"].get("gpu", {}).get("name", str(device))
+    lim = limits.measure(backend, run.inner_reps)
+    run.result["limits"] = {
+        "copy_gbps": lim["copy"]["gbps"],
+        "floor_one_program_us": lim["launch_floor"]["one_program"]["median_s"] * 1e6,
+        "floor_one_per_sm_us": lim["launch_floor"].get("one_per_sm", {}).get("median_s", 0)
+        * 1e6}
+    for shape in shapes(args.quick):
+        print(f"[{time.perf_counter() - run.started:6.1f} s] {shape.name}", file=sys.stderr,
+              flush=True)
+        if run.over_budget():
+            run.result.setdefault("skipped", []).append(shape.name)
+            continue
+        try:
+            entry = measure_shape(run, backend, shape)
+        except Exception as e:  # a shape that cannot run is a failure, the rest still run
+            run.failures.append(f"{shape.name}: {type(e).__name__}: {e}")
+            continue
+        shares(entry, run.result["limits"]["copy_gbps"])
+        run.result["shapes"].append(entry)
+        run.save()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    run.result["host_cost"] = hostcost.measure(device, 2000 if device.type == "cuda" else 1)
+    run.save()
+    print(table(run.result))
+    return 1 if run.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The GPU scripts' logic, run on tiny shapes under the interpreter: they pass on the
+shipped kernels and fail loudly on a wrong one."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+from qkbench.kernels import qk_norm_rope
+
+from conftest import interpreter_only
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@interpreter_only
+def test_bench_checks_times_and_tabulates_every_variant(tmp_path, capsys):
+    bench = script("bench_kernels")
+    assert bench.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "bench_kernels.json").read_text())
+    assert result["failures"] == [] and len(result["shapes"]) == 2
+    for entry in result["shapes"]:
+        fused = {k: v for k, v in entry["results"].items() if k.startswith("fused")}
+        assert "fused" in fused and entry["oracle"]["ok"]
+        assert all(v["bits_equal_split"] and v["us"] > 0 for v in fused.values())
+        assert "share_of_copy" in entry["results"]["split"]
+    assert "fused+pdl" in result["shapes"][0]["results"]  # a decode width
+    kernels = result["shapes"][1]["split_kernels"]  # past the decode widths
+    assert sum(k["bytes"] for k in kernels.values()) == result["shapes"][1]["bytes"]["split"]
+    table = capsys.readouterr().out
+    assert table.rstrip().endswith("checks: all passed") and "host us per eager call" in table
+
+
+@interpreter_only
+def test_bench_fails_loudly_when_fused_differs_from_split(tmp_path, monkeypatch, capsys):
+    bench = script("bench_kernels")
+
+    def off_by_one_ulp(*args, **kwargs):
+        q, k = qk_norm_rope(*args, **kwargs)
+        q.view(torch.int16)[0, 0, 0] += 1
+        return q, k
+
+    monkeypatch.setattr("qkbench.kernels.qk_norm_rope", off_by_one_ulp)
+    assert bench.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 1
+    assert "differs from split in its bits" in capsys.readouterr().out
+
+
+@interpreter_only
+def test_sanitize_cases_pass_on_small_strides(capsys):
+    assert script("sanitize_case").main(["--small", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("sanitize cases: PASS")
+
+
+@interpreter_only
+def test_sanitize_case_sees_a_route_without_nan():
+    sanitize = script("sanitize_case")
+
+    def finite(*args, **kwargs):
+        q, k = qk_norm_rope(*args, **kwargs)
+        return q.nan_to_num_(), k.nan_to_num_()
+
+    problem = sanitize.positions_case(finite, torch.device("cpu"), graph=False)
+    assert problem is not None and "differs from the split route" in problem
