@@ -220,10 +220,11 @@ def calibrate(
         "--out", help="the directory the two archives are written in (default: results/)",
         show_default=False)] = None,
     aa: Annotated[Path | None, typer.Option(
-        help="report from this A/A archive (with --planted-run) instead of running",
-        show_default=False)] = None,
+        help="report from this A/A archive (with --planted-run) instead of running "
+             "(default: run both)", show_default=False)] = None,
     planted_run: Annotated[Path | None, typer.Option(
-        help="report from this planted-effect archive (with --aa)", show_default=False)] = None,
+        help="report from this planted-effect archive (with --aa) (default: run both)",
+        show_default=False)] = None,
 ) -> None:
     """Prove the method on this machine: an A/A run of one route against itself (any
     verdict but unresolved is false) and a run against planted effects of known size (each
