@@ -104,7 +104,8 @@ class KernelLaunch:
         # Triton returns the compiled kernel it launched (None under the interpreter); it
         # was specialised for aligned pointers only when every pointer was aligned.
         if device >= 0 and hasattr(compiled, "function"):
-            self.runners[device] = compiled[self.grid]
+            # The compiled kernel's launcher indexes all three grid dimensions.
+            self.runners[device] = compiled[(*self.grid, 1, 1)[:3]]
 
     def bare(self, ptrs: Sequence[torch.Tensor], direct: bool) -> Callable[[], None]:
         """This launch on ``ptrs`` with nothing around it: through the compiled kernel's
