@@ -19,16 +19,18 @@ from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, next_pow2, plan_pair
 from .tiles import (
     COMPILE_OPTIONS,
-    channels,
+    cos_sin,
     inv_rms,
-    load_weight,
-    neox_partner,
+    load_pairs,
+    norm_weight,
     normalize,
-    rotate_rows,
-    row_base,
-    row_mask,
-    table_rows,
+    pair_offsets,
+    pairs_sumsq,
+    pairwise_sum,
+    rotate,
+    store_pairs,
     tile_coords,
+    token_head_base,
 )
 
 
@@ -41,34 +43,50 @@ def _fused_tile(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t0, t, h = tile_coords(pid, n_head_blocks, BT, BH)
-    d = channels(DB)
-    mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, DB]
+    R: tl.constexpr = 2 * R2
+    dtype = o_ptr.dtype.element_ty
+    t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
+    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
+
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
-    c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs,
-                             stride_pos_axis, stride_pos_t, DB, R2, NEOX, MROPE, BT, BH)
-    w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)
-    if NEOX:
-        partner = neox_partner(d, R2)
-        pair_mask = d < 2 * R2
-        w_partner = load_weight(w_ptr, partner, pair_mask, OFFSET, BT, BH, DB)
+    c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+                          stride_pos_axis, stride_pos_t, R2, MROPE)  # [BT, 1, R2]
+    i1, i2 = pair_offsets(R2, NEOX)
+    w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
+    w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
+    if R < D:
+        dp = tl.arange(0, DB)
+        wp = norm_weight(w_ptr, dp, (dp >= R) & (dp < D), OFFSET)
     if PDL:
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
-    x_row = row_base(x_ptr, t, h, stride_xt, stride_xh)
-    x = tl.load(x_row + d, mask=mask, other=0.0).to(tl.float32)
-    if NEOX:
-        x_partner = tl.load(x_row + partner, mask=mask & pair_mask, other=0.0).to(tl.float32)
+    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+    if R < D:
+        d = tl.arange(0, DB)[None, None, :]
+        pass_mask = mask & (d >= R) & (d < D)
+        xp = tl.load(x_row + d, mask=pass_mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    rstd = inv_rms(x, D, eps, BT, BH, DB)
-    dtype = o_ptr.dtype.element_ty
-    y = normalize(x, rstd, w, dtype)
-    y_partner = normalize(x_partner, rstd, w_partner, dtype) if NEOX else y
-    out = rotate_rows(y, y_partner, c, s, valid, DB, R2, NEOX, BT, BH)
-    tl.store(row_base(o_ptr, t, h, stride_ot, stride_oh) + d, out, mask=mask)
+    sumsq = pairs_sumsq(x1, x2, R2, NEOX, BT, BH)  # [BT, BH]: the tree over [0, R)
+    if R < D:
+        # The pass-through channels sit at their natural places in a [0, DB) tile whose
+        # rotary span is zero, so the tree's first log2(R) levels leave block 0 at +0 and
+        # the rotary span's own sum drops into that slot exactly.
+        blocks = pairwise_sum(xp * xp, DB, DB // R, BT, BH)  # [BT, BH, DB // R]
+        first = tl.arange(0, DB // R)[None, None, :] == 0
+        blocks = blocks + tl.where(first, sumsq[:, :, None], 0.0)
+        sumsq = tl.reshape(pairwise_sum(blocks, DB // R, 1, BT, BH), (BT, BH))
+    rstd = inv_rms(sumsq, D, eps)
+
+    y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
+    y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
+    o1, o2 = rotate(y1, y2, c, s, valid)
+    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
+    if R < D:
+        tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
 
 
 @triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
@@ -98,8 +116,10 @@ def qk_norm_rope_kernel(
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
                 device: torch.device, element_size: int = 2) -> tuple[TilePlan, TilePlan]:
-    """The q and k tile plans of the fused launch (a program holds whole rows)."""
-    return plan_pair(tokens, heads_q, heads_k, next_pow2(head_dim), element_size, device)
+    """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
+    rotary, a natural-width pass-through tile)."""
+    width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
+    return plan_pair(tokens, heads_q, heads_k, width, element_size, device)
 
 
 def check_pdl(pdl: object, device: torch.device) -> bool:

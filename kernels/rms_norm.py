@@ -18,13 +18,12 @@ from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, min_programs, next_pow2, plan_tiles
 from .tiles import (
     COMPILE_OPTIONS,
-    channels,
     inv_rms,
-    load_weight,
+    norm_weight,
     normalize,
-    row_base,
-    row_mask,
+    pairwise_sum,
     tile_coords,
+    token_head_base,
 )
 
 
@@ -37,14 +36,15 @@ def rms_norm_kernel(
     D: tl.constexpr, DB: tl.constexpr, OFFSET: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr,
 ):
-    _, t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
-    d = channels(DB)
-    mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, DB]
-    w = load_weight(w_ptr, d, d < D, OFFSET, BT, BH, DB)
-    x = tl.load(row_base(x_ptr, t, h, stride_xt, stride_xh) + d, mask=mask,
-                other=0.0).to(tl.float32)
-    y = normalize(x, inv_rms(x, D, eps, BT, BH, DB), w, y_ptr.dtype.element_ty)
-    tl.store(row_base(y_ptr, t, h, stride_yt, stride_yh) + d, y, mask=mask)
+    t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
+    x_row, row_mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
+    y_row, _ = token_head_base(y_ptr, t, h, stride_yt, stride_yh, T, H)
+    d = tl.arange(0, DB)
+    mask = row_mask & (d < D)[None, None, :]
+    x = tl.load(x_row + d[None, None, :], mask=mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
+    w = norm_weight(w_ptr, d, d < D, OFFSET)
+    rstd = inv_rms(tl.reshape(pairwise_sum(x * x, DB, 1, BT, BH), (BT, BH)), D, eps)
+    tl.store(y_row + d[None, None, :], normalize(x, rstd, w, y_ptr.dtype.element_ty), mask=mask)
 
 
 def norm_plan(tokens: int, heads: int, head_dim: int, device: torch.device,

@@ -12,13 +12,12 @@ from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, next_pow2, plan_pair
 from .tiles import (
     COMPILE_OPTIONS,
-    channels,
-    neox_partner,
-    rotate_rows,
-    row_base,
-    row_mask,
-    table_rows,
+    cos_sin,
+    load_pairs,
+    rotate,
+    store_pairs,
     tile_coords,
+    token_head_base,
 )
 
 
@@ -27,23 +26,24 @@ def _rope_tile(
     x_ptr, o_ptr, cs_ptr, pos_ptr, axis_ptr, pid, n_head_blocks,
     T, H, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    D: tl.constexpr, W: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
+    D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t0, t, h = tile_coords(pid, n_head_blocks, BT, BH)
-    d = channels(W)
-    mask = row_mask(t, h, T, H) & (d < D)  # [BT, BH, W]
+    t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
+    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
     # The table rows first: they wait on a dependent load of the positions.
-    c, s, valid = table_rows(cs_ptr, pos_ptr, axis_ptr, t0, T, max_pos, stride_cs,
-                             stride_pos_axis, stride_pos_t, W, R2, NEOX, MROPE, BT, BH)
-    x_row = row_base(x_ptr, t, h, stride_xt, stride_xh)
-    x = tl.load(x_row + d, mask=mask, other=0.0)
-    if NEOX:
-        x_partner = tl.load(x_row + neox_partner(d, R2), mask=mask & (d < 2 * R2), other=0.0)
-    else:
-        x_partner = x
-    out = rotate_rows(x, x_partner, c, s, valid, W, R2, NEOX, BT, BH)
-    tl.store(row_base(o_ptr, t, h, stride_ot, stride_oh) + d, out, mask=mask)
+    c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+                          stride_pos_axis, stride_pos_t, R2, MROPE)  # [BT, 1, R2]
+    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+    o1, o2 = rotate(x1, x2, c, s, valid)
+    dtype = o_ptr.dtype.element_ty
+    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
+    if PB > 0:
+        # Out of place, the channels past rotary_dim travel unrotated.
+        d = (2 * R2 + tl.arange(0, PB))[None, None, :]
+        m = mask & (d < D)
+        tl.store(o_row + d, tl.load(x_row + d, mask=m), mask=m)
 
 
 @triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
@@ -54,7 +54,7 @@ def rope_kernel(
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
     q_programs, q_head_blocks, k_head_blocks,
-    D: tl.constexpr, W: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
+    D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     MROPE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
 ):
@@ -63,18 +63,23 @@ def rope_kernel(
         _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, pid, q_head_blocks,
                    T, HQ, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                    stride_cs, stride_pos_axis, stride_pos_t,
-                   D, W, R2, NEOX, MROPE, BTQ, BHQ)
+                   D, PB, R2, NEOX, MROPE, BTQ, BHQ)
     else:
         _rope_tile(k_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr, pid - q_programs, k_head_blocks,
                    T, HK, max_pos, stride_kt, stride_kh, stride_kot, stride_koh,
                    stride_cs, stride_pos_axis, stride_pos_t,
-                   D, W, R2, NEOX, MROPE, BTK, BHK)
+                   D, PB, R2, NEOX, MROPE, BTK, BHK)
+
+
+def pass_width(head_dim: int, rotary_dim: int, inplace: bool) -> int:
+    """The padded width of the pass-through tile a rope program copies: out of place with
+    partial rotary the channels past rotary_dim travel unrotated; else none (0)."""
+    return 0 if inplace or rotary_dim == head_dim else next_pow2(head_dim - rotary_dim)
 
 
 def rope_width(head_dim: int, rotary_dim: int, inplace: bool) -> int:
-    """Channels a rope program holds per row: the rotary span in place; out of place the
-    whole (padded) row, so that the pass-through channels are copied too."""
-    return rotary_dim if inplace else next_pow2(head_dim)
+    """Channels a rope program holds per row: the rotary pairs and the pass-through tile."""
+    return rotary_dim + pass_width(head_dim, rotary_dim, inplace)
 
 
 def rope_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -101,7 +106,7 @@ def rope_launch(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.T
          q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
-         D, rope_width(D, call.rotary_dim, inplace), call.rotary_dim // 2, call.neox,
+         D, pass_width(D, call.rotary_dim, inplace), call.rotary_dim // 2, call.neox,
          call.axis_map is not None,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS},

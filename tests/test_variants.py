@@ -96,7 +96,7 @@ def test_rms_norm_and_rope_alone_compile_one_variant_per_tile_class(device):
 @gpu_only
 def test_the_gpu_compiles_one_variant_per_tile_class():
     # A head_dim no other test uses, so that every variant it needs is compiled here.
-    geometry = Geometry("odd", 5, 3, 96, inplace=False)
+    geometry = Geometry("odd", 5, 3, 96, rotary_dim=32, inplace=False)
     compiled_kernels = qk_norm_rope_kernel.device_caches[torch.cuda.current_device()][0]
     before = len(compiled_kernels)
     with launch.recording() as launches:
