@@ -13,6 +13,7 @@ from itertools import count
 
 import torch
 
+from qkbench import refs
 from qkbench.case import Inputs
 from qkbench.errors import RouteError
 
@@ -48,7 +49,9 @@ class Route:
                 calls: Iterator[int]) -> Launch:
         outs = {} if inplace else {"q_out": empty_like(inputs.q), "k_out": empty_like(inputs.k)}
         # Positions were checked once by verification; a graph capture cannot read them.
-        extra = {"check_positions": False} if self.exact_group == "triton" else {}
+        # (The shipped kernels' group is "triton"; a commit's, "triton@<sha12>": see refs.)
+        extra = ({"check_positions": False}
+                 if (self.exact_group or "").partition("@")[0] == "triton" else {})
         every = self.extra_every
 
         def launch() -> None:
@@ -141,7 +144,8 @@ def resolve(name: str) -> Route:
     """A built-in route by name, a peer kernel as ``peer:NAME`` (see ``peers``), a user
     route given as ``module:callable``, or any of them as ``NAME~twin`` (the same route
     under a second name) or ``NAME+1/N`` (the route with one extra call of itself every N
-    launches: a planted effect of known size)."""
+    launches: a planted effect of known size); and a shipped kernel route at a commit as
+    ``fused@<sha12>`` (exported by ``qkbench gate --against``: see ``refs``)."""
     builtin = _builtin()
     if name in builtin:
         return builtin[name]
@@ -152,6 +156,8 @@ def resolve(name: str) -> Route:
         if not every.isdigit() or int(every) < 1:
             raise RouteError(f"route {name!r}: N in '+1/N' must be an integer >= 1")
         return replace(resolve(base), name=name, extra_every=int(every))
+    if refs.is_ref_route(name):  # a kernel route at a commit: fused@<sha12> (qkbench gate)
+        return refs.route(name)
     if name.startswith("peer:"):
         from qkbench import peers
 
