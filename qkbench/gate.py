@@ -52,11 +52,11 @@ OK, REGRESSED, UNDECIDED, SKIPPED, MET, NOT_MET = (
 FAILING = (REGRESSED, NOT_MET)
 
 
-def pct(x: float | None, signed: bool = True) -> str:
-    """``+7.1 %``: a ratio as a percentage with one decimal."""
+def pct(x: float | None, signed: bool = True, digits: int = 1) -> str:
+    """``+7.1 %``: a ratio as a percentage (one decimal unless asked)."""
     if x is None:
         return "-"
-    return f"{x * 100:+.1f} %" if signed else f"{x * 100:.1f} %"
+    return f"{x * 100:{'+' if signed else ''}.{digits}f} %"
 
 
 def parse_tolerance(text: str) -> float:

@@ -21,13 +21,14 @@ def headers(outcome: Outcome) -> list[str]:
     return [group, "geometry", "T", "delta", "interval", "width", "verdict", "gate", "why"]
 
 
-def _interval(c: Cell) -> str:
-    return "-" if c.lo is None else f"[{pct(c.lo)}, {pct(c.hi)}]"
+def _interval(c: Cell, digits: int = 1) -> str:
+    return "-" if c.lo is None else f"[{pct(c.lo, True, digits)}, {pct(c.hi, True, digits)}]"
 
 
 def rows(outcome: Outcome) -> list[list[str]]:
-    return [[c.group, c.geometry, str(c.tokens), pct(c.estimate), _interval(c),
-             pct(c.width, False), c.verdict, RESULT_WORD.get(c.result, c.result), c.reason]
+    """The table's rows: figures to two decimals (widths are often a tenth of a per cent)."""
+    return [[c.group, c.geometry, str(c.tokens), pct(c.estimate, True, 2), _interval(c, 2),
+             pct(c.width, False, 2), c.verdict, RESULT_WORD.get(c.result, c.result), c.reason]
             for c in outcome.cells]
 
 
