@@ -53,16 +53,19 @@ def archive_name(protocol: str, route: str, stamp: str) -> str:
 
 def run(export: refs.Export, protocol: Protocol, routes: Sequence[str], device: torch.device,
         out_dir: Path, *, command: list[str] | None = None, backend: Backend | None = None,
-        events_for: Callable[[Protocol], runner.Events] | None = None
-        ) -> list[tuple[Path, dict]]:
+        events_for: Callable[[Protocol], runner.Events] | None = None,
+        starting: Callable[[Path], None] | None = None) -> list[tuple[Path, dict]]:
     """Sweep ``protocol`` once per route, REF's route against the working tree's; returns
-    each archive's path and content. ``events_for`` makes a sweep's events (progress)."""
+    each archive's path and content. ``events_for`` makes a sweep's events (progress);
+    ``starting`` hears each archive's path before its sweep starts."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     header = {"gate": {"against": export.record(), "candidate": candidate_record()}}
     done = []
     for route in routes:
         proto = protocol.with_overrides(routes=[export.route(route), route])
         path = out_dir / archive_name(protocol.name, route, stamp)
+        if starting:
+            starting(path)
         archive = runner.sweep(proto, device, path, command=command, backend=backend,
                                events=events_for(proto) if events_for else None, header=header)
         done.append((path, archive))

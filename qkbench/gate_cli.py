@@ -164,6 +164,11 @@ def gate(
     except QkbenchError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(USAGE) from None
+    except KeyboardInterrupt:
+        err.print("[red]interrupted:[/red] no verdict; the passes that finished are in the "
+                  "archive named above, if any (the ref's export is removed)",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
     from qkbench.gate_output import as_rich
 
     out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
@@ -260,9 +265,9 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, devi
 
         done = against.run(export, proto, routes, dev, out_dir or Path("results"),
                            command=sys.argv,
-                           events_for=lambda p: _sweep_events(runner, p, None, started))
-    for path, _ in done:
-        err.print(f"archive: {path}", highlight=False, soft_wrap=True)
+                           events_for=lambda p: _sweep_events(runner, p, None, started),
+                           starting=lambda path: err.print(f"archive: {path}",
+                                                           highlight=False, soft_wrap=True))
     from qkbench.summary import current
 
     cells = [c for _, archive in done for c in rules.regressions(current(archive), tol)]

@@ -284,3 +284,38 @@ def test_a_ref_route_without_an_export_is_a_clear_route_error(monkeypatch):
 def test_exported_refuses_an_option_looking_ref(repo):
     with pytest.raises(GateError, match="not a git ref"), refs.exported("--help", repo, ["fused"]):
         pass
+
+
+@interpreter_only
+def test_a_refs_split_and_fused_agree_bit_for_bit_and_the_working_tree_meets_the_oracle(
+        repo, device):
+    from qkbench.case import Case, Geometry, make_inputs
+    from qkbench.routes import resolve
+    from qkbench.verify import verify
+
+    inputs = make_inputs(Case(Geometry("g", 2, 1, 64), 3, max_position=64), 0, device)
+    with refs.exported("same", repo, ["split", "fused"]) as export:
+        routes = [resolve(export.route("split")), resolve(export.route("fused")),
+                  resolve("fused")]
+        report = verify(routes, inputs, True)
+    assert routes[0].exact_group == routes[1].exact_group == f"triton@{export.sha12}"
+    ref_fused, tree_fused = report[export.route("fused")], report["fused"]
+    assert ref_fused["ok"] and ref_fused["exact_with"] == export.route("split")
+    assert ref_fused["differing_share"] == 0.0
+    assert tree_fused["ok"] and "exact_with" not in tree_fused  # the oracle only
+
+
+def test_an_interrupted_gate_exits_130_and_removes_the_export(repo, tmp_path, monkeypatch):
+    from qkbench import against
+
+    seen = {}
+
+    def interrupted(export, *args, **kwargs):
+        seen["folder"] = Path(os.environ[refs.ENV])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(against, "run", interrupted)
+    result = gate(repo, "same", tmp_path)
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines()[-1].startswith("interrupted: no verdict")
+    assert not seen["folder"].exists() and refs.ENV not in os.environ
