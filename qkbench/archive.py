@@ -16,6 +16,10 @@ Schema history:
   Storage, not schema: an archive whose name ends in ``.gz`` is written gzip-compressed
   (deterministically: no name, mtime 0); readers detect gzip by its magic bytes.
   ``environment.code.dirty_paths`` (added beside ``dirty``) lists what made a tree dirty.
+  ``gate`` (optional, 2026-12-03; written by ``qkbench gate --against``): ``against`` (the
+  ref given, its commit, the export package, its kernels' sha256) and ``candidate`` (the
+  working tree's commit, dirty flag and kernels' sha256); the routes are then
+  ``ROUTE@<sha12>`` (the ref's) and ``ROUTE`` (the working tree's).
 """
 
 import contextlib

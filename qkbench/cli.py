@@ -13,6 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from qkbench.errors import DeviceError, QkbenchError
+from qkbench.gate_cli import HELP as GATE_HELP
+from qkbench.gate_cli import gate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"show_default": True},
@@ -481,3 +483,7 @@ def export(
     except QkbenchError as e:
         _fail(e)
     err.print(f"wrote {n} samples to {out_file}", highlight=False, soft_wrap=True)
+
+
+# qkbench gate: the CI regression gate (its logic in gate, gate_cli, refs, against).
+app.command("gate", help=GATE_HELP)(gate)

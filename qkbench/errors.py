@@ -19,3 +19,8 @@ class DeviceError(QkbenchError):
 
 class RouteError(QkbenchError):
     """A route cannot be built or computes the wrong result."""
+
+
+class GateError(QkbenchError):
+    """A gate's input is unusable: a git ref, an expectation, archives that cannot be
+    compared. ``qkbench gate`` exits 2 on it (and on any other ``QkbenchError``)."""

@@ -14,6 +14,7 @@ from itertools import count
 import torch
 import torch.nn.functional as F
 
+from qkbench import refs
 from qkbench.case import Inputs
 from qkbench.errors import RouteError
 
@@ -48,12 +49,16 @@ class Route:
     def _launch(self, inputs: Inputs, inplace: bool, empty_like: Callable,
                 calls: Iterator[int]) -> Launch:
         outs = {} if inplace else {"q_out": empty_like(inputs.q), "k_out": empty_like(inputs.k)}
+        # Never a position read-back while timing (the default of today's kernels; an older
+        # commit's, "triton@<sha12>" see refs, checked them outside graph capture).
+        extra = ({"check_positions": False}
+                 if (self.exact_group or "").partition("@")[0] == "triton" else {})
         every = self.extra_every
 
         def launch() -> None:
-            inputs.call(self.op, inplace=inplace, **outs)
+            inputs.call(self.op, inplace=inplace, **outs, **extra)
             if every and next(calls) % every == 0:
-                inputs.call(self.op, inplace=inplace, **outs)
+                inputs.call(self.op, inplace=inplace, **outs, **extra)
 
         launch.work = 1.0 + (1.0 / every if every else 0.0)
         return launch
@@ -195,7 +200,8 @@ def resolve(name: str) -> Route:
     """A built-in route by name, a peer kernel as ``peer:NAME`` (see ``peers``), a user
     route given as ``module:callable``, or any of them as ``NAME~twin`` (the same route
     under a second name) or ``NAME+1/N`` (the route with one extra call of itself every N
-    launches: a planted effect of known size)."""
+    launches: a planted effect of known size); and a shipped kernel route at a commit as
+    ``fused@<sha12>`` (exported by ``qkbench gate --against``: see ``refs``)."""
     builtin = _builtin()
     if name in builtin:
         return builtin[name]
@@ -206,6 +212,8 @@ def resolve(name: str) -> Route:
         if not every.isdigit() or int(every) < 1:
             raise RouteError(f"route {name!r}: N in '+1/N' must be an integer >= 1")
         return replace(resolve(base), name=name, extra_every=int(every))
+    if refs.is_ref_route(name):  # a kernel route at a commit: fused@<sha12> (qkbench gate)
+        return refs.route(name)
     if name.startswith("peer:"):
         from qkbench import peers
 

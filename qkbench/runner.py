@@ -134,8 +134,11 @@ def _differing(a, b, path: str = "") -> list[tuple[str, object, object]]:
 
 def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
           command: list[str] | None = None, backend: Backend | None = None,
-          events: Events | None = None) -> dict:
-    """Run (or resume) every pass of ``protocol``; returns the final archive."""
+          events: Events | None = None, header: dict | None = None) -> dict:
+    """Run (or resume) every pass of ``protocol``; returns the final archive.
+
+    ``header``: more top-level keys for a new archive (``qkbench gate`` records the two
+    commits it compares under ``gate``)."""
     events = events or Events()
     t = protocol.timing
     settings = archives.run_settings(protocol, str(device))
@@ -146,6 +149,7 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         _check_resumable(run, protocol, settings, out)
     else:
         run = archives.new(protocol, settings, env.capture(device), command or [])
+        run.update(header or {})
         archives.create(out, run)
     done = {p["index"] for p in run["passes"]}
 

@@ -1,0 +1,290 @@
+"""``qkbench gate``: the CI perf-regression gate (SPEC 5). Parses, calls, renders: the
+decisions are ``gate``'s, the commits' export ``refs``' and ``against``'s, the output
+``gate_output``'s."""
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from qkbench.errors import GateError, QkbenchError
+
+HELP = """The CI perf-regression gate: fail on a real regression, not on noise.
+
+\b
+Three forms (exactly one):
+\b
+qkbench gate --against REF [--protocol P] [--route fused ...]
+  REF's kernels/ (exported from git; the working tree is untouched) are the
+  baseline and the null arm, the working tree's the candidate: one run per
+  route, archived in --out as DATE-gate-PROTOCOL-ROUTE.json.gz. The form
+  CI should use.
+\b
+qkbench gate --baseline A.json --candidate B.json
+  Two runs of one protocol on one device, compared per case by
+  (1 + delta in B) / (1 + delta in A) - 1, each delta taken against its
+  own run's baseline route, so drift that slows both routes cancels. The
+  interval joins both runs' \\[best, worst] (coverage >= c_A + c_B - 1);
+  the widths add. --absolute compares the candidate's per-call times.
+\b
+qkbench gate RUN.json [--expect "fused faster than split in all" ...]
+  One archive: its regressions (candidate against baseline), or each
+  expectation: ROUTE faster|slower than ROUTE SCOPE, where SCOPE is
+  'in all', 'in band NAME' or 'at T OP N' (OP: <= < >= > =); met when
+  every case it selects has that verdict.
+
+\b
+A case regresses when its verdict is slower and its whole interval lies
+beyond the tolerance. Unstable, unmeasured, pending and invalid-route
+cases are inconclusive; n/s cases are not counted. The table lists every
+case; the one-line summary comes last.
+
+\b
+Exit codes:
+  0  pass
+  1  a case regressed, or an expectation was not met
+  2  usage or input error: a bad option, an unknown ref, kernels that
+     cannot be imported, archives that cannot be compared
+  3  more inconclusive cases than --max-inconclusive
+"""
+
+USAGE = 2
+NOT_AGAINST = "(--against only; default: the protocol's)"
+
+
+def gate(
+    run: Annotated[Path | None, typer.Argument(
+        metavar="RUN", help="one run archive (.json or .json.gz) to check on its own: its "
+                            "regressions, or its --expect expectations",
+        show_default=False)] = None,
+    against: Annotated[str | None, typer.Option(
+        help="a git ref (branch, tag, sha) whose kernels/ are the baseline and null arm, the "
+             "working tree's the candidate (default: none)", show_default=False)] = None,
+    baseline: Annotated[Path | None, typer.Option(
+        help="the earlier run's archive, compared with --candidate (default: none)",
+        show_default=False)] = None,
+    candidate: Annotated[Path | None, typer.Option(
+        help="the later run's archive, compared with --baseline (default: none)",
+        show_default=False)] = None,
+    expect: Annotated[list[str] | None, typer.Option(
+        help="repeat: 'ROUTE faster|slower than ROUTE in all | in band NAME | at T OP N', "
+             "checked in RUN (default: none)", show_default=False)] = None,
+    tolerance: Annotated[str, typer.Option(
+        help="a slower case regresses only when its whole interval lies beyond this: '2%' "
+             "or a share such as '0.02'")] = "2%",
+    max_inconclusive: Annotated[int, typer.Option(
+        help="inconclusive cases allowed before exit 3")] = 0,
+    absolute: Annotated[bool, typer.Option(
+        help="--baseline/--candidate: compare the candidate's per-call times (no null arm "
+             "bounds the drift between two runs)")] = False,
+    allow_mismatch: Annotated[bool, typer.Option(
+        help="--baseline/--candidate: compare archives whose protocol, device or routes "
+             "differ (said in the output)")] = False,
+    junit: Annotated[Path | None, typer.Option(
+        help="write a JUnit XML report: a test case per (comparison, case) (default: none)",
+        show_default=False)] = None,
+    markdown: Annotated[Path | None, typer.Option(
+        help="append a Markdown summary, e.g. to $GITHUB_STEP_SUMMARY or a PR comment file "
+             "(default: none)", show_default=False)] = None,
+    repo: Annotated[Path, typer.Option(
+        help="--against: the git repository REF is looked up in")] = Path("."),
+    route: Annotated[list[str] | None, typer.Option(
+        help="--against, repeat: a kernel route (fused, split) to gate, one run each "
+             "(default: fused)", show_default=False)] = None,
+    protocol: Annotated[str | None, typer.Option(
+        help="--against: a protocol file or a shipped protocol's bare name (default: "
+             "text-decode on CUDA, smoke on CPU)", show_default=False)] = None,
+    device: Annotated[str, typer.Option(
+        help="--against: auto (CUDA when present, else CPU), cuda, cpu")] = "auto",
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="--against: the folder the archives are written to (default: "
+                      "results/)", show_default=False)] = None,
+    passes: Annotated[int | None, typer.Option(
+        help="passes, a multiple of 6 " + NOT_AGAINST)] = None,
+    warmup: Annotated[int | None, typer.Option(
+        help="warm-up samples per arm " + NOT_AGAINST)] = None,
+    samples: Annotated[int | None, typer.Option(
+        help="timed samples per arm in each pass " + NOT_AGAINST)] = None,
+    inner_reps: Annotated[int | None, typer.Option(
+        help="launches per graph replay " + NOT_AGAINST)] = None,
+    schedule: Annotated[str | None, typer.Option(
+        help="interleaved or blocked " + NOT_AGAINST)] = None,
+    isolation: Annotated[str | None, typer.Option(
+        help="process or inprocess " + NOT_AGAINST)] = None,
+    threshold: Annotated[float | None, typer.Option(
+        help="drop a (pass, case) whose |null| exceeds this share " + NOT_AGAINST)] = None,
+    cache: Annotated[str | None, typer.Option(help="hot or cold " + NOT_AGAINST)] = None,
+) -> None:
+    from qkbench import gate as rules
+    from qkbench.cli import err, out
+
+    sweep_options = {"--route": route, "--protocol": protocol, "--out": out_dir,
+                     "--passes": passes, "--warmup": warmup, "--samples": samples,
+                     "--inner-reps": inner_reps, "--schedule": schedule,
+                     "--isolation": isolation, "--threshold": threshold, "--cache": cache,
+                     "--device": None if device == "auto" else device}
+    try:
+        tol = rules.parse_tolerance(tolerance)
+        if max_inconclusive < 0:
+            raise GateError(f"--max-inconclusive must be >= 0, got {max_inconclusive}")
+        forms = [name for name, given in (("--against", against is not None),
+                                          ("--baseline/--candidate",
+                                           baseline is not None or candidate is not None),
+                                          ("RUN", run is not None)) if given]
+        if len(forms) != 1:
+            raise GateError("give exactly one of --against REF, --baseline A --candidate B, "
+                            "or an archive RUN" + (f" (got {' and '.join(forms)})" if forms
+                                                   else ""))
+        if forms[0] != "--against":
+            given = [name for name, value in sweep_options.items() if value is not None]
+            if given or repo != Path("."):
+                raise GateError(f"{', '.join(given) or '--repo'} only go with --against")
+        if (absolute or allow_mismatch) and forms[0] != "--baseline/--candidate":
+            raise GateError("--absolute and --allow-mismatch only go with --baseline and "
+                            "--candidate")
+        if expect and forms[0] != "RUN":
+            raise GateError("--expect checks one archive: give it as RUN")
+        if forms[0] == "--baseline/--candidate" and (baseline is None or candidate is None):
+            raise GateError("--baseline and --candidate go together")
+        if forms[0] == "--against":
+            outcome, measure = _against(against, repo, route or ["fused"], protocol, device,
+                                        out_dir, tol, max_inconclusive, dict(
+                                            passes=passes, warmup=warmup, samples=samples,
+                                            inner_reps=inner_reps, schedule=schedule,
+                                            isolation=isolation, drop_threshold=threshold,
+                                            cache=cache))
+        elif forms[0] == "RUN":
+            outcome, measure = _one_run(run, expect or [], tol, max_inconclusive)
+        else:
+            outcome, measure = _across(baseline, candidate, tol, max_inconclusive, absolute,
+                                       allow_mismatch)
+        _write_reports(outcome, measure, junit, markdown)
+    except QkbenchError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(USAGE) from None
+    except KeyboardInterrupt:
+        err.print("[red]interrupted:[/red] no verdict; the passes that finished are in the "
+                  "archive named above, if any (the ref's export is removed)",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
+    from qkbench.gate_output import as_rich
+
+    out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
+    raise typer.Exit(outcome.exit_code)
+
+
+ONE_RUN = ("delta = candidate / baseline - 1 (mean log ratio over the balanced kept passes); "
+           "interval = [best, worst] kept delta; width = worst kept |null|")
+
+
+def _read(path: Path, flag: str) -> dict:
+    from qkbench import archive as archives
+
+    run = archives.read(path)
+    if run.get("summary") is None:
+        raise GateError(f"{flag} {path}: no pass finished, so it has no summary")
+    return run
+
+
+def _one_run(path: Path, expectations: list[str], tol: float, max_inconclusive: int):
+    from qkbench import gate as rules
+    from qkbench.report import failures
+    from qkbench.summary import current
+
+    parsed = [rules.parse_expectation(x) for x in expectations]
+    run = _read(path, "RUN")
+    summary = current(run)
+    notes = failures(run)
+    if parsed:
+        bands = run["protocol"]["resolved"]["bands"]
+        cells = [c for x in parsed for c in rules.expect(summary, bands, x)]
+        return (rules.Outcome("expectations", cells, None, max_inconclusive, notes),
+                "expectations over the run's verdicts (" + ONE_RUN + ")")
+    return (rules.Outcome("regressions", rules.regressions(summary, tol), tol, max_inconclusive,
+                          notes), ONE_RUN)
+
+
+ABSOLUTE_WARNING = ("--absolute: these are the candidate's per-call times in two runs; no null "
+                    "arm bounds the drift between runs (clocks, temperature, driver, other "
+                    "tenants), so a change here may be the machine's, not the code's. Without "
+                    "--absolute each run's own baseline route cancels what slows both alike.")
+
+
+def _across(baseline: Path, candidate: Path, tol: float, max_inconclusive: int,
+            absolute: bool, allow_mismatch: bool):
+    from qkbench import gate as rules
+    from qkbench.summary import current
+
+    a, b = _read(baseline, "--baseline"), _read(candidate, "--candidate")
+    differ = rules.mismatches(a, b)
+    notes = []
+    if differ and not allow_mismatch:
+        raise GateError(f"the archives cannot be compared: {'; '.join(differ)} (--allow-mismatch "
+                        "compares them anyway)")
+    if differ:
+        notes.append("--allow-mismatch: compared although " + "; ".join(differ))
+    if absolute:
+        notes.append(ABSOLUTE_WARNING)
+        measure = ("change = the candidate's per-call time in --candidate / in --baseline - 1 "
+                   "(medians); interval = [min_B / max_A - 1, max_B / min_A - 1] over the "
+                   "balanced kept passes; width = the two runs' widths added (they bound "
+                   "neither run's drift against the other)")
+    else:
+        measure = ("change = (1 + delta in --candidate) / (1 + delta in --baseline) - 1, each "
+                   "delta candidate / baseline - 1 in its own run; interval = [(1 + best_B) / "
+                   "(1 + worst_A) - 1, (1 + worst_B) / (1 + best_A) - 1]; width = the two runs' "
+                   "widths added")
+    cells = rules.across(current(a), current(b), tol, absolute)
+    return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), measure
+
+
+def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, device: str,
+             out_dir: Path | None, tol: float, max_inconclusive: int, timing: dict):
+    from qkbench import against, refs
+    from qkbench import gate as rules
+    from qkbench.cli import _device, _protocol, _sweep_events, err
+    from qkbench.report import failures
+
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise GateError(f"--out {out_dir}: is a file; --against writes one archive per route "
+                        "into a folder")
+    routes = list(dict.fromkeys(routes))
+    dev = _device(device)
+    proto = _protocol(protocol, dev).with_overrides(**timing)
+    with refs.exported(ref, repo, routes) as export:
+        differs = against.installed_differs(repo)
+        if differs:
+            err.print(differs, highlight=False, soft_wrap=True)
+        err.print(f"gate: {', '.join(export.route(r) for r in routes)} ({ref}, commit "
+                  f"{export.commit}) against the working tree's {', '.join(routes)}",
+                  highlight=False, soft_wrap=True)
+        started = time.monotonic()
+        from qkbench import runner
+
+        done = against.run(export, proto, routes, dev, out_dir or Path("results"),
+                           command=sys.argv,
+                           events_for=lambda p: _sweep_events(runner, p, None, started),
+                           starting=lambda path: err.print(f"archive: {path}",
+                                                           highlight=False, soft_wrap=True))
+    from qkbench.summary import current
+
+    cells = [c for _, archive in done for c in rules.regressions(current(archive), tol)]
+    notes = [n for _, archive in done for n in failures(archive)]
+    return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), (
+        f"{ref} ({export.sha12}) as baseline and null arm, the working tree as candidate; "
+        + ONE_RUN)
+
+
+def _write_reports(outcome, measure: str, junit: Path | None, markdown: Path | None) -> None:
+    from qkbench import gate_output
+
+    try:
+        if junit is not None:
+            junit.write_bytes(gate_output.junit(outcome))
+        if markdown is not None:
+            with open(markdown, "a") as f:
+                f.write(gate_output.as_markdown(outcome, measure))
+    except OSError as e:
+        raise GateError(f"{e.filename}: cannot be written ({e.strerror})") from None

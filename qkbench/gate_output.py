@@ -1,0 +1,112 @@
+"""What a gate shows: its table (rich or Markdown) and a JUnit XML report. Nothing prints.
+
+One row / test case per (comparison, case) cell, in the order the gate decided them; the
+one-line summary (``Outcome.summary``) always comes last.
+"""
+
+import xml.etree.ElementTree as ET
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from qkbench.gate import FAILING, REGRESSED, SKIPPED, UNDECIDED, Cell, Outcome, pct
+
+RESULT_STYLE = {REGRESSED: "bold red", "not met": "bold red", UNDECIDED: "yellow"}
+RESULT_WORD = {REGRESSED: "REGRESSED", "not met": "NOT MET", UNDECIDED: "inconclusive"}
+
+
+def headers(outcome: Outcome) -> list[str]:
+    group = "comparison" if outcome.kind == "regressions" else "expectation"
+    return [group, "geometry", "T", "delta", "interval", "width", "verdict", "gate", "why"]
+
+
+def _interval(c: Cell, digits: int = 1) -> str:
+    return "-" if c.lo is None else f"[{pct(c.lo, True, digits)}, {pct(c.hi, True, digits)}]"
+
+
+def rows(outcome: Outcome) -> list[list[str]]:
+    """The table's rows: figures to two decimals (widths are often a tenth of a per cent)."""
+    return [[c.group, c.geometry, str(c.tokens), pct(c.estimate, True, 2), _interval(c, 2),
+             pct(c.width, False, 2), c.verdict, RESULT_WORD.get(c.result, c.result), c.reason]
+            for c in outcome.cells]
+
+
+def title(outcome: Outcome, measure: str) -> str:
+    tolerance = ("" if outcome.tolerance is None else
+                 f"; a case regresses when it is slower and its whole interval lies beyond "
+                 f"+{pct(outcome.tolerance, False)}")
+    return f"qkbench gate: {measure}{tolerance}"
+
+
+def as_rich(outcome: Outcome, measure: str) -> Group:
+    """The table, the notes, and the summary line last."""
+    # Text, not markup: "[best, worst]" and route names are never read as rich tags.
+    table = Table(title=Text(title(outcome, measure)), title_justify="left")
+    for i, h in enumerate(headers(outcome)):
+        table.add_column(h, justify="right" if 2 <= i <= 5 else "left")
+    for cell, row in zip(outcome.cells, rows(outcome), strict=True):
+        table.add_row(*map(Text, row), style=RESULT_STYLE.get(cell.result))
+    style = {0: "green", 1: "bold red", 3: "yellow"}[outcome.exit_code]
+    return Group(table, *(Text(n) for n in outcome.notes),
+                 Text(outcome.summary(), style=style))
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def as_markdown(outcome: Outcome, measure: str) -> str:
+    """A PR comment or a CI job summary ($GITHUB_STEP_SUMMARY): the verdict first as a
+    heading, the table, the notes, and the summary line last."""
+    word = outcome.summary().split(",")[0].removeprefix("gate: ")
+    out = [f"### qkbench gate: {word}", "", f"_{_md(title(outcome, measure))}_", "",
+           "| " + " | ".join(headers(outcome)) + " |",
+           "|" + "|".join("---" for _ in headers(outcome)) + "|"]
+    for cell, row in zip(outcome.cells, rows(outcome), strict=True):
+        if cell.result in (*FAILING, UNDECIDED):
+            row = [*row[:7], f"**{row[7]}**", row[8]]
+        out.append("| " + " | ".join(_md(x) for x in row) + " |")
+    out += [""] + [f"- {_md(n)}" for n in outcome.notes]
+    out += ["", f"**{_md(outcome.summary())}**"]
+    return "\n".join(out) + "\n"
+
+
+def _value(x) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, float):
+        return repr(x)
+    return str(x)
+
+
+def junit(outcome: Outcome, name: str = "qkbench gate") -> bytes:
+    """JUnit XML: a ``<testsuite>`` per comparison (or expectation), a ``<testcase>`` per
+    cell with ``<properties>`` holding its numbers (ratios as shares: 0.071 is +7.1 %), a
+    ``<failure>`` for a regression or an unmet expectation, ``<skipped>`` for an
+    inconclusive or n/s cell."""
+    def counts(cells: list[Cell]) -> dict[str, str]:
+        return {"tests": str(len(cells)),
+                "failures": str(sum(c.result in FAILING for c in cells)),
+                "errors": "0",
+                "skipped": str(sum(c.result in (UNDECIDED, SKIPPED) for c in cells))}
+
+    root = ET.Element("testsuites", name=name, **counts(outcome.cells))
+    for group in dict.fromkeys(c.group for c in outcome.cells):
+        cells = [c for c in outcome.cells if c.group == group]
+        suite = ET.SubElement(root, "testsuite", name=group, **counts(cells))
+        for c in cells:
+            case = ET.SubElement(suite, "testcase", classname=group, name=c.key, time="0")
+            props = ET.SubElement(case, "properties")
+            figures = {"verdict": c.verdict, "gate": c.result, "delta": c.estimate,
+                       "interval_low": c.lo, "interval_high": c.hi, "width": c.width,
+                       "coverage": c.coverage, "tolerance": outcome.tolerance, **c.numbers}
+            for key, value in figures.items():
+                ET.SubElement(props, "property", name=key, value=_value(value))
+            message = f"{outcome.label(c)}: {pct(c.estimate)} {_interval(c)}: {c.reason}"
+            if c.result in FAILING:
+                ET.SubElement(case, "failure", message=message, type=c.result).text = message
+            elif c.result in (UNDECIDED, SKIPPED):
+                ET.SubElement(case, "skipped", message=f"{c.result}: {c.reason}")
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)

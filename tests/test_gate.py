@@ -1,0 +1,350 @@
+"""``qkbench gate`` across archives, on one archive (regressions, ``--expect``), its reports
+and its exit codes.
+
+The archives are real sweeps of a tiny protocol, run in process with the synthetic clock
+(``tests/synthetic.py``): every route is verified for real, only the times are a model
+whose truth is known -- the candidate's true effect, a machine-wide slowdown, a null arm
+that disagrees in one pass, an arm order that always disagrees.
+"""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from qkbench import gate as rules
+from qkbench import runner
+from qkbench.cli import app
+from qkbench.errors import GateError
+from qkbench.protocol import parse
+
+from conftest import interpreter_only
+from synthetic import BASE_SECONDS, SyntheticBackend
+
+PROTOCOL = """
+name = "gate"
+routes = ["split", "fused"]
+tokens = [1, 3]
+max_position = 64
+
+[timing]
+passes = 6
+warmup = 2
+samples = 20
+inner_reps = 1
+isolation = "inprocess"
+
+[[geometry]]
+name = "tiny"
+heads_q = 2
+heads_k = 1
+head_dim = 64
+
+[[band]]
+name = "decode"
+tokens_max = 1
+"""
+FUSED_GAIN = -0.5  # fused takes half split's time in every run below, unless said otherwise
+
+# name -> (protocol text, synthetic clock)
+RUNS = {
+    "base": (PROTOCOL, {"effect": FUSED_GAIN}),
+    "same-code": (PROTOCOL, {"effect": FUSED_GAIN, "seed": 1}),
+    # The candidate route 10 % slower than in "base", relative to the same baseline route.
+    "fused-10pct-slower": (PROTOCOL, {"effect": (1 + FUSED_GAIN) * 1.10 - 1, "seed": 1}),
+    # Everything 5 % slower: a hotter card, another clock, another tenant.
+    "machine-5pct-slower": (PROTOCOL, {"effect": FUSED_GAIN, "base": BASE_SECONDS * 1.05,
+                                       "seed": 1}),
+    # A 0.4 % change, measured by instruments 0.4 % wide (one pass's null arm) or not.
+    "wide": (PROTOCOL, {"effect": FUSED_GAIN, "null_bias": {2: 0.004}}),
+    "wide-0.4pct-slower": (PROTOCOL, {"effect": (1 + FUSED_GAIN) * 1.004 - 1, "seed": 1,
+                                      "null_bias": {2: 0.004}}),
+    "0.4pct-slower": (PROTOCOL, {"effect": (1 + FUSED_GAIN) * 1.004 - 1, "seed": 1}),
+    "other-protocol": (PROTOCOL.replace("tokens = [1, 3]", "tokens = [1]"),
+                       {"effect": FUSED_GAIN}),
+    "fused-slower": (PROTOCOL, {"effect": 0.10}),
+    # One arm order's null arm always disagrees: every cell is unstable.
+    "unstable": (PROTOCOL, {"effect": FUSED_GAIN, "order_null_bias": {("B", "A", "A'"): 0.03}}),
+}
+
+pytestmark = interpreter_only
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """name -> the path of that run's archive (swept once per module, .json.gz)."""
+    folder = tmp_path_factory.mktemp("gate-runs")
+    done = {}
+
+    def make(name: str) -> str:
+        if name not in done:
+            text, clock = RUNS[name]
+            backend = SyntheticBackend(**clock)
+            path = folder / f"{name}.json.gz"
+            runner.sweep(parse(text), torch.device("cpu"), path, backend=backend,
+                         events=backend.events())
+            done[name] = str(path)
+        return done[name]
+
+    return make
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["gate", *args])
+
+
+def last_line(result) -> str:
+    return result.stdout.strip().splitlines()[-1]
+
+
+def across(archive, a: str, b: str, *args: str):
+    return invoke("--baseline", archive(a), "--candidate", archive(b), *args)
+
+
+def assert_usage_error(result, *fragments: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+# -- across archives -----------------------------------------------------------------------
+
+
+def test_two_runs_of_the_same_code_pass(archive):
+    result = across(archive, "base", "same-code")
+    assert result.exit_code == 0, result.output
+    assert last_line(result) == "gate: PASS, 0 of 2 cases regressed beyond the 2.0 % tolerance"
+
+
+def test_a_planted_10pct_slowdown_of_the_candidate_fails_naming_every_case(archive):
+    result = across(archive, "base", "fused-10pct-slower")
+    assert result.exit_code == 1, result.output
+    assert last_line(result) == (
+        "gate: FAIL, 2 of 2 cases regressed beyond the 2.0 % tolerance (worst +10.0 % at "
+        "tiny T=1): tiny T=1 +10.0 %, tiny T=3 +10.0 %")
+    rows = [line for line in result.stdout.splitlines() if "split -> fused" in line]
+    assert len(rows) == 2 and all("REGRESSED" in row and "slower" in row for row in rows)
+
+
+@pytest.mark.parametrize(("a", "b", "code", "verdict"), [
+    ("wide", "wide-0.4pct-slower", 0, "unresolved"),
+    ("base", "0.4pct-slower", 1, "slower"),
+], ids=["inside-the-widths-passes", "the-same-change-on-a-narrow-instrument-fails"])
+def test_a_change_inside_the_two_runs_widths_passes(archive, a, b, code, verdict):
+    # Tolerance 0: only the instruments' widths stand between a 0.4 % change and a failure.
+    result = across(archive, a, b, "--tolerance", "0%")
+    assert result.exit_code == code, result.output
+    rows = [line for line in result.stdout.splitlines() if "split -> fused" in line]
+    assert len(rows) == 2 and all(f" {verdict} " in row for row in rows)
+
+
+def test_archives_of_different_protocols_are_exit_2_naming_the_mismatch(archive):
+    line = assert_usage_error(across(archive, "base", "other-protocol"),
+                              "the archives cannot be compared: protocol sha256 differs (",
+                              "in --baseline", "in --candidate", "--allow-mismatch")
+    assert "device" not in line and "routes" not in line
+
+
+def test_allow_mismatch_compares_anyway_and_says_so(archive):
+    result = across(archive, "base", "other-protocol", "--allow-mismatch")
+    assert "--allow-mismatch: compared although protocol sha256 differs" in result.stdout
+    # T=3 is in the baseline archive only: inconclusive, which --max-inconclusive 0 refuses.
+    assert result.exit_code == 3, result.output
+    assert last_line(result).endswith("1 inconclusive, more than --max-inconclusive 0: "
+                                      "tiny T=3 unmeasured")
+    allowed = across(archive, "base", "other-protocol", "--allow-mismatch",
+                     "--max-inconclusive", "1")
+    assert allowed.exit_code == 0, allowed.output
+
+
+def test_a_machine_wide_slowdown_passes_relative_and_fails_absolute(archive):
+    relative = across(archive, "base", "machine-5pct-slower")
+    assert relative.exit_code == 0, relative.output
+    absolute = across(archive, "base", "machine-5pct-slower", "--absolute",
+                      "--tolerance", "2%")
+    assert absolute.exit_code == 1, absolute.output
+    assert "no null arm bounds the drift between runs" in absolute.stdout
+    assert last_line(absolute).startswith(
+        "gate: FAIL, 2 of 2 cases regressed beyond the 2.0 % tolerance (worst +5.0 %")
+
+
+def test_the_cross_archive_interval_combines_both_runs_intervals(archive):
+    from qkbench import archive as archives
+
+    a, b = (archives.read(archive(n))["summary"] for n in ("base", "fused-10pct-slower"))
+    for cell, ca, cb in zip(rules.across(a, b, 0.02), a["comparisons"][0]["cases"],
+                            b["comparisons"][0]["cases"], strict=True):
+        ea, eb = ca["effect"], cb["effect"]
+        assert cell.lo == pytest.approx((1 + eb["best"]) / (1 + ea["worst"]) - 1)
+        assert cell.hi == pytest.approx((1 + eb["worst"]) / (1 + ea["best"]) - 1)
+        assert cell.lo <= cell.estimate <= cell.hi
+        assert cell.width == pytest.approx(ea["width"] + eb["width"])
+        assert cell.coverage == pytest.approx(2 * (1 - 2 ** -5) - 1)  # 93.75 %
+
+
+# -- one archive ---------------------------------------------------------------------------
+
+
+def test_one_archive_whose_candidate_is_slower_fails(archive):
+    result = invoke(archive("fused-slower"))
+    assert result.exit_code == 1, result.output
+    assert last_line(result).startswith("gate: FAIL, 2 of 2 cases regressed")
+
+
+def test_one_archive_whose_candidate_is_faster_passes(archive):
+    result = invoke(archive("base"))
+    assert result.exit_code == 0, result.output
+
+
+def test_unstable_cases_are_inconclusive_exit_3_unless_allowed(archive):
+    result = invoke(archive("unstable"))
+    assert result.exit_code == 3, result.output
+    assert last_line(result) == (
+        "gate: INCONCLUSIVE, 0 of 2 cases regressed beyond the 2.0 % tolerance; 2 "
+        "inconclusive, more than --max-inconclusive 0: tiny T=1 unstable, tiny T=3 unstable")
+    assert "orders B A A' kept failing" in result.stdout
+    allowed = invoke(archive("unstable"), "--max-inconclusive", "2")
+    assert allowed.exit_code == 0, allowed.output
+    assert last_line(allowed).endswith("2 inconclusive, within --max-inconclusive 2: "
+                                       "tiny T=1 unstable, tiny T=3 unstable")
+
+
+# -- expectations ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("expectation", "code", "line"), [
+    ("fused faster than split in all", 0,
+     'gate: PASS, "fused faster than split in all" met in 2 of 2 cases'),
+    ("split slower than fused in band decode", 0,
+     'gate: PASS, "split slower than fused in band decode" met in 1 of 1 cases'),
+    ("fused faster than split at T >= 3", 0,
+     'gate: PASS, "fused faster than split at T >= 3" met in 1 of 1 cases'),
+    ("fused slower than split in all", 1,
+     'gate: FAIL, "fused slower than split in all" not met in 2 of 2 cases: tiny T=1 faster, '
+     "tiny T=3 faster"),
+], ids=["true", "true-reversed-in-a-band", "true-at-T", "false"])
+def test_an_expectation_is_checked_against_the_runs_verdicts(archive, expectation, code, line):
+    result = invoke(archive("base"), "--expect", expectation)
+    assert result.exit_code == code, result.output
+    assert last_line(result) == line
+
+
+@pytest.mark.parametrize(("expectation", "fragment"), [
+    ("fused is faster than split", "not an expectation; write ROUTE faster|slower than ROUTE"),
+    ("fused faster than split in band prefill", "no band 'prefill' in the archive's protocol "
+                                                "(it has 'decode')"),
+    ("fused faster than eager in all", "the archive compares no fused with eager "
+                                       "(it has split -> fused)"),
+    ("fused faster than split at T < 1", "selects no case of split -> fused"),
+    ("fused faster than fused in all", "a route cannot be compared with itself"),
+], ids=["malformed", "unknown-band", "unknown-comparison", "empty-scope", "itself"])
+def test_a_malformed_expectation_is_exit_2_in_one_line(archive, expectation, fragment):
+    assert_usage_error(invoke(archive("base"), "--expect", expectation),
+                       f"--expect {expectation!r}", fragment)
+
+
+def test_an_expectation_on_unstable_cases_is_inconclusive(archive):
+    result = invoke(archive("unstable"), "--expect", "fused faster than split in all")
+    assert result.exit_code == 3, result.output
+
+
+# -- reports ---------------------------------------------------------------------------------
+
+
+def test_junit_has_one_test_case_per_cell_with_failures_and_numbers(archive, tmp_path):
+    path = tmp_path / "gate.xml"
+    result = across(archive, "base", "fused-10pct-slower", "--junit", str(path))
+    assert result.exit_code == 1
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("2", "2", "0")
+    (suite,) = root.findall("testsuite")
+    assert suite.get("name") == "split -> fused"
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["tiny/T1", "tiny/T3"]
+    for case in cases:
+        failure = case.find("failure")
+        assert failure is not None and failure.get("type") == "regressed"
+        props = {p.get("name"): p.get("value") for p in case.find("properties")}
+        assert float(props["delta"]) == pytest.approx(0.10, abs=0.002)
+        assert props["verdict"] == "slower" and float(props["tolerance"]) == 0.02
+        assert float(props["interval_low"]) > 0.02
+
+
+def test_junit_marks_inconclusive_cells_skipped(archive, tmp_path):
+    path = tmp_path / "gate.xml"
+    assert invoke(archive("unstable"), "--junit", str(path)).exit_code == 3
+    cases = ET.parse(path).getroot().findall("testsuite/testcase")
+    assert len(cases) == 2
+    assert all(c.find("skipped") is not None and c.find("failure") is None for c in cases)
+    assert "unstable" in cases[0].find("skipped").get("message")
+
+
+def test_markdown_renders_a_table_and_ends_with_the_summary(archive, tmp_path):
+    path = tmp_path / "summary.md"
+    result = across(archive, "base", "fused-10pct-slower", "--markdown", str(path))
+    lines = path.read_text().splitlines()
+    assert lines[0] == "### qkbench gate: FAIL"
+    header = next(i for i, x in enumerate(lines) if x.startswith("| comparison |"))
+    assert set(lines[header + 1]) == set("|-")
+    rows = lines[header + 2:header + 4]
+    assert all(r.startswith("| split -> fused | tiny | ") and "**REGRESSED**" in r for r in rows)
+    assert all(r.count("|") == lines[header].count("|") for r in rows)
+    assert lines[-1] == f"**{last_line(result)}**"
+
+
+def test_markdown_is_appended_as_a_ci_job_summary_expects(archive, tmp_path):
+    path = tmp_path / "step-summary.md"
+    path.write_text("earlier step\n")
+    invoke(archive("base"), "--markdown", str(path))
+    assert path.read_text().startswith("earlier step\n### qkbench gate: PASS")
+
+
+# -- usage -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    ((), "give exactly one of --against REF, --baseline A --candidate B, or an archive RUN"),
+    (("RUN", "--against", "HEAD"), "(got --against and RUN)"),
+    (("--baseline", "RUN"), "--baseline and --candidate go together"),
+    (("RUN", "--absolute"), "--absolute and --allow-mismatch only go with --baseline"),
+    (("--baseline", "RUN", "--candidate", "RUN", "--expect", "a faster than b in all"),
+     "--expect checks one archive: give it as RUN"),
+    (("RUN", "--passes", "12"), "--passes only go with --against"),
+    (("RUN", "--tolerance", "2"), "a bare number is a share and must be below 1 "
+                                  "(for 2 percent write '2%')"),
+    (("RUN", "--tolerance", "two"), "give a percentage such as '2%'"),
+    (("RUN", "--max-inconclusive", "-1"), "--max-inconclusive must be >= 0"),
+], ids=["none", "two-forms", "half-a-pair", "absolute-alone", "expect-across",
+        "sweep-option-on-an-archive", "bare-tolerance", "word-tolerance", "negative-max"])
+def test_usage_errors_are_exit_2_in_one_line(archive, args, fragment):
+    args = [archive("base") if a == "RUN" else a for a in args]
+    assert_usage_error(invoke(*args), fragment)
+
+
+def test_an_unreadable_archive_is_exit_2_naming_it(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps([1, 2]))
+    assert_usage_error(invoke(str(path)), f"{path}: not a qkbench run archive")
+
+
+@pytest.mark.parametrize(("text", "value"), [("2%", 0.02), ("2.5 %", 0.025), ("0.02", 0.02),
+                                             ("0%", 0.0)])
+def test_tolerance_reads_a_percentage_or_a_share(text, value):
+    assert rules.parse_tolerance(text) == pytest.approx(value)
+
+
+def test_a_slower_case_whose_interval_reaches_into_the_tolerance_passes():
+    result, reason = rules.decide("slower", 0.015, 0.02)
+    assert result == "pass"
+    assert reason == "slower, but its interval reaches +1.5 %, within the 2.0 % tolerance"
+    assert rules.decide("slower", 0.025, 0.02)[0] == "regressed"
+    assert rules.decide("n/s", None, 0.02)[0] == "n/s"
+    with pytest.raises(GateError):
+        rules.parse_expectation("fused faster than split")
