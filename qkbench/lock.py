@@ -18,6 +18,7 @@ import platform
 import time
 from pathlib import Path
 
+from qkbench.archive import prepare_folder, write_error
 from qkbench.errors import ArchiveError
 
 
@@ -61,8 +62,6 @@ class ArchiveLock:
         self.release()
 
     def acquire(self) -> None:
-        from qkbench.archive import prepare_folder, write_error
-
         prepare_folder(self.archive)
         while True:
             try:

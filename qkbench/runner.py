@@ -282,6 +282,8 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
     for name in protocol.routes:  # an unknown or unloadable route fails before any file
         resolve(name)
     out = Path(out)
+    if resume and not out.is_file():  # before the lock, which would make its folder
+        archives.read(out)
     with ArchiveLock(out) as lock:
         archives.remove_stale_tmp_files(out)
         remove_dead_pass_dirs()
