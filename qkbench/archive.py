@@ -13,6 +13,14 @@ Schema history:
     order slots, the mean-log-ratio estimate, the interval's coverage, the slot effect and
     censored crossovers (see ``summary.py``). Schema 1 archives are still read: audit
     checks them by their own rules (``legacy.py``), reports re-summarise them.
+  3 (2026-12-04): sealed: ``seal`` holds a digest of the header (schema version, kind,
+    created, command, status, protocol, settings, environment, resumes) and of the list of
+    pass digests, with its algorithm (``sha256``, or ``hmac-sha256`` and the key's id when
+    signed, see ``seal.py``); pass digests use the same algorithm. ``resumed`` lists each
+    resume (when, its command, the code it ran, whether it was let change the code); the
+    environment records numpy and scipy; ``timing.pass_timeout`` is resolved; a pass that
+    did not finish may say why (``reason``, e.g. "timed out after 1800 s"). Schema 1 and 2
+    archives are audited by what they have (no header digest, no signature).
   Storage, not schema: an archive whose name ends in ``.gz`` is written gzip-compressed
   (deterministically: no name, mtime 0); readers detect gzip by its magic bytes.
   ``environment.code.dirty_paths`` (added beside ``dirty``) lists what made a tree dirty.
@@ -25,17 +33,18 @@ Schema history:
 import contextlib
 import errno
 import gzip
-import hashlib
 import json
 import os
+import re
 import time
 import zlib
 from pathlib import Path
 
+from qkbench import seal
 from qkbench.errors import ArchiveError
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 KIND = "qkbench.run"
 GZIP_MAGIC = b"\x1f\x8b"
 SUFFIX = ".json.gz"  # what a new archive is called unless its path says otherwise
@@ -46,10 +55,10 @@ def as_stored(value):
     return json.loads(json.dumps(value))
 
 
-def pass_digest(result: dict) -> str:
-    """sha256 of a pass's raw content (everything but the digest itself), canonically."""
-    body = {k: v for k, v in result.items() if k != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+def pass_digest(result: dict, key: bytes | None = None) -> str:
+    """The digest of a pass's raw content (everything but the digest itself), canonically:
+    sha256, or HMAC-SHA256 with a signing key (``seal.py``)."""
+    return seal.pass_digest(result, key)
 
 
 def run_settings(protocol, device: str) -> dict:
@@ -66,7 +75,8 @@ def new(protocol, settings: dict, environment: dict, command: list[str]) -> dict
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command,
         "protocol": {"path": protocol.path, "text": protocol.text, "sha256": protocol.sha256,
                      "resolved": protocol.resolved()},
-        "settings": settings, "environment": environment, "passes": [], "summary": None,
+        "settings": settings, "environment": environment, "resumed": [], "passes": [],
+        "summary": None, "seal": None,
     }
 
 
@@ -84,6 +94,55 @@ def decode(data: bytes) -> object:
     return json.loads(data)
 
 
+def prepare_folder(path: Path) -> None:
+    """Make the archive's folder, or say in an ``ArchiveError`` why it cannot be."""
+    blocking = next((p for p in path.parents if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ArchiveError(f"{path}: cannot write the archive: {blocking} is a file, "
+                           "not a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
+def write_error(path: Path, e: OSError, *own: Path) -> ArchiveError:
+    """One line for an archive (or its lock or temporary file) that cannot be written."""
+    reason = e.strerror or str(e)
+    if e.errno == errno.ENOENT and os.path.isdir(path.parent):  # /proc takes no new files
+        reason = f"{path.parent} does not take new files ({reason})"
+    where = f" ({e.filename})" if e.filename and str(e.filename) not in (
+        str(path), *map(str, own)) else ""
+    return ArchiveError(f"{path}: cannot write the archive: {reason}{where}")
+
+
+def tmp_path(path: Path, pid: int | None = None) -> Path:
+    """Where ``write`` puts the new bytes before renaming them over ``path``."""
+    return path.with_name(f".{path.name}.{os.getpid() if pid is None else pid}.tmp")
+
+
+def stale_tmp_files(path: Path) -> list[Path]:
+    """Temporary files of ``path`` left by other processes (a writer killed mid-write:
+    SIGKILL cannot be caught, so its ``.NAME.PID.tmp`` stays). Only meaningful while
+    holding the archive's lock: then no other process can be writing them."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.tmp")
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    return [path.with_name(n) for n in sorted(names)
+            if (m := pattern.fullmatch(n)) and int(m[1]) != os.getpid()]
+
+
+def remove_stale_tmp_files(path: Path) -> list[Path]:
+    removed = []
+    for stale in stale_tmp_files(path):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+            removed.append(stale)
+    return removed
+
+
 def write(path: Path, archive: dict) -> None:
     """Write atomically: a reader sees the old file or the new one, never a part.
 
@@ -91,14 +150,12 @@ def write(path: Path, archive: dict) -> None:
     failure (a parent that is a file, a read-only or virtual file system, a full disk) is
     an ``ArchiveError`` naming the file; on any failure or interruption the temporary
     file is removed, so nothing half-written is left, and the archive keeps what it held.
+    (A writer killed by SIGKILL cannot remove it: the next sweep or resume of the archive
+    does, see ``stale_tmp_files``.)
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = tmp_path(path)
     try:
-        blocking = next((p for p in path.parents if p.exists()), None)
-        if blocking is not None and not blocking.is_dir():
-            raise ArchiveError(f"{path}: cannot write the archive: {blocking} is a file, "
-                               "not a directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        prepare_folder(path)
         with open(tmp, "wb") as f:
             f.write(encode(archive, path.suffix == ".gz"))
             f.flush()
@@ -109,12 +166,7 @@ def write(path: Path, archive: dict) -> None:
             tmp.unlink()
         if not isinstance(e, OSError):
             raise
-        reason = e.strerror or str(e)
-        if e.errno == errno.ENOENT and os.path.isdir(path.parent):  # /proc takes no new files
-            reason = f"{path.parent} does not take new files ({reason})"
-        where = f" ({e.filename})" if e.filename and str(e.filename) not in (
-            str(path), str(tmp)) else ""
-        raise ArchiveError(f"{path}: cannot write the archive: {reason}{where}") from None
+        raise write_error(path, e, tmp) from None
 
 
 def create(path: Path, archive: dict) -> None:
@@ -148,6 +200,8 @@ def read(path: Path) -> dict:
 # the first pass finishes).
 _SHAPE = {"status": (str,), "command": (list,), "protocol": (dict,), "settings": (dict,),
           "environment": (dict,), "passes": (list,), "summary": (dict, type(None))}
+# Keys a schema 3 archive has besides (its seal is null until the first write).
+_SHAPE_3 = {"resumed": (list,), "seal": (dict, type(None))}
 _NUMBER = (int, float)
 _TEXT = (str, type(None))
 # The header keys that report, audit and resume read, by their dotted path.
@@ -169,7 +223,8 @@ def _names(types: tuple) -> str:
 
 
 def _check_shape(path: Path, data: dict) -> None:
-    for key, types in _SHAPE.items():
+    shape = {**_SHAPE, **(_SHAPE_3 if data["schema_version"] >= 3 else {})}
+    for key, types in shape.items():
         if not isinstance(data.get(key, ...), types):
             raise ArchiveError(f"{path}: malformed archive: '{key}' is missing or not "
                                f"{' or '.join(t.__name__ for t in types)}")

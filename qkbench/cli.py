@@ -122,18 +122,21 @@ def _sweep_events(runner, proto, bar, started_at: float):
     return runner.Events(pass_result=finished)
 
 
-def _swept(proto, dev, path: Path, resume: bool = False) -> dict:
+def _swept(proto, dev, path: Path, resume: bool = False, allow_code_change: bool = False,
+           header: dict | None = None) -> dict:
     """``runner.sweep`` with progress on stderr: a bar on a terminal, else lines."""
     from qkbench import runner
 
-    started_at = time.monotonic()
+    def sweep(bar) -> dict:
+        return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
+                            events=_sweep_events(runner, proto, bar, time.monotonic()),
+                            allow_code_change=allow_code_change, header=header)
+
     if err.is_terminal:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=True) as bar:
-            return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
-                                events=_sweep_events(runner, proto, bar, started_at))
-    return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
-                        events=_sweep_events(runner, proto, None, started_at))
+            return sweep(bar)
+    return sweep(None)
 
 
 @app.command()
@@ -158,6 +161,11 @@ def sweep(
     threshold: Annotated[float | None, typer.Option(
         help="drop a (pass, case) whose |null| exceeds this share " + PROTOCOLS)] = None,
     cache: Annotated[str | None, typer.Option(help="hot or cold " + PROTOCOLS)] = None,
+    pass_timeout: Annotated[float | None, typer.Option(
+        help="seconds a pass's worker process may run (start-up included) before it is "
+             "ended and the pass recorded failed ('timed out after N s') and replaced; "
+             "in-process passes (--isolation inprocess) cannot be timed out "
+             + PROTOCOLS + "; the shipped default is 1800")] = None,
     out_path: Annotated[Path | None, typer.Option(
         "--out", help="the archive file (.json.gz compressed, else plain .json), or an "
                       "existing directory to write <date>-<protocol>.json.gz in "
@@ -167,6 +175,10 @@ def sweep(
         help="continue the archive at --out, without repeating its finished passes; give "
              "the same --protocol and the same overrides (--route, --passes, --samples, ...) "
              "it was started with")] = False,
+    allow_code_change: Annotated[bool, typer.Option(
+        help="let --resume continue with other code than the run started with (another git "
+             "commit or kernel sources): refused without it; each pass records the code it "
+             "ran and report and audit show which passes ran what")] = False,
 ) -> None:
     """Run the split / candidate / split-again arms over a protocol and archive every pass."""
     path = None
@@ -174,11 +186,12 @@ def sweep(
         dev = _device(device)
         proto = _protocol(protocol, dev).with_overrides(
             routes=route, passes=passes, warmup=warmup, samples=samples, inner_reps=inner_reps,
-            schedule=schedule, isolation=isolation, drop_threshold=threshold, cache=cache)
+            schedule=schedule, isolation=isolation, drop_threshold=threshold, cache=cache,
+            pass_timeout=pass_timeout)
         from qkbench import report
 
         path = archive_path(out_path, proto.name, resume)
-        run = _swept(proto, dev, path, resume)
+        run = _swept(proto, dev, path, resume, allow_code_change)
         out.print(report.as_rich(run))
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
@@ -358,21 +371,33 @@ def crossover(
 @app.command()
 def audit(archive: Annotated[Path, typer.Argument(
         help="a run archive (.json or .json.gz)")]) -> None:
-    """Recompute every summary from the raw samples; exit 1 on any mismatch."""
+    """Check an archive: its digests, its structure against its header, every in-pass figure
+    and every summary recomputed from the raw samples; exit 1 on any problem.
+
+    With QKBENCH_SIGNING_KEY set, a signed archive's HMAC digests are verified (its
+    origin), and an unsigned archive fails; without it, audit checks consistency only.
+    """
     try:
         from qkbench import archive as archives
-        from qkbench.audit import audit as audit_run
+        from qkbench import seal
+        from qkbench.audit import examine
 
-        problems = audit_run(archives.read(archive))
+        found = examine(archives.read(archive), seal.signing_key())
     except QkbenchError as e:
         _fail(e)
-    if problems:
-        for p in problems[:20]:
+    for note in found.notes:
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    if found.problems:
+        for p in found.problems[:20]:
             err.print(f"[red]mismatch:[/red] {p}", highlight=False, soft_wrap=True)
-        err.print(f"[red]audit failed:[/red] {len(problems)} problem(s) in {archive}",
+        if len(found.problems) > 20:
+            err.print(f"... and {len(found.problems) - 20} more", highlight=False)
+        err.print(f"[red]audit failed:[/red] {len(found.problems)} problem(s) in {archive}",
                   soft_wrap=True)
         raise typer.Exit(1)
-    out.print(f"audit ok: {archive} (summaries recomputed from the raw samples match)")
+    out.print(f"audit ok: {archive} (summaries recomputed from the raw samples match; "
+              f"structure and in-pass figures check); proves {found.origin}",
+              highlight=False, soft_wrap=True)
 
 
 @app.command()

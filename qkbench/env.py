@@ -72,6 +72,40 @@ def code_identity(root: Path | None = None) -> dict:
             "source": "environment" if env_commit else None}
 
 
+def code_now() -> dict:
+    """The code a pass runs: the tree's identity and its kernel sources' hashes (what each
+    pass records as ``code``, and what a resume compares with the run's environment)."""
+    return {**code_identity(), "kernels_sha256": kernel_hashes()}
+
+
+def environment_code(environment: dict) -> dict:
+    """An archive environment's code, in the form a pass records it (``code_now``)."""
+    return {**(environment.get("code") or {}),
+            "kernels_sha256": environment.get("kernels_sha256") or {}}
+
+
+def code_differences(was: dict, now: dict) -> list[str]:
+    """How code ``now`` differs from code ``was`` (each as ``code_now`` gives it): the git
+    commit and each kernel source file; empty when they are the same code. (Whether the
+    tree is dirty is not compared: a sweep's own archive can make it so.)"""
+    out = []
+    if was.get("commit") != now.get("commit"):
+        out.append(f"git commit {_short(was.get('commit'))} -> {_short(now.get('commit'))}")
+    old, new = was.get("kernels_sha256") or {}, now.get("kernels_sha256") or {}
+    for name in sorted(set(old) | set(new)):
+        if name not in new:
+            out.append(f"kernels/{name} removed")
+        elif name not in old:
+            out.append(f"kernels/{name} added")
+        elif old[name] != new[name]:
+            out.append(f"kernels/{name} {old[name][:8]} -> {new[name][:8]}")
+    return out
+
+
+def _short(commit: str | None) -> str:
+    return commit[:12] if commit else "unknown"
+
+
 def kernel_hashes() -> dict[str, str]:
     """sha256 of every kernel source file, so an archive names the exact kernels."""
     folder = resources.files("qkbench.kernels")
@@ -83,6 +117,8 @@ def capture(device: torch.device) -> dict:
     env = {
         "python": sys.version.split()[0], "platform": platform.platform(),
         "host": platform.node(), "torch": torch.__version__, "triton": _version("triton"),
+        # The statistics (intervals, medians) are computed with these.
+        "numpy": _version("numpy"), "scipy": _version("scipy"),
         "cuda": torch.version.cuda, "qkbench": qkbench.__version__,
         "code": code_identity(), "kernels_sha256": kernel_hashes(),
         "device": str(device),

@@ -58,6 +58,10 @@ class Timing:
     # throttle reasons (other than idle) were set, is flagged; dropped if drop_throttled.
     clock_threshold: float = 0.02
     drop_throttled: bool = False
+    # Seconds a pass's worker process may run (start-up included) before the manager ends
+    # it and records the pass failed ("timed out after N s"); it is then replaced like any
+    # failed pass. An in-process pass (isolation = "inprocess") cannot be timed out.
+    pass_timeout: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -281,6 +285,9 @@ def _check_semantics(p: Protocol, src: str) -> None:
     if not 0 < t.clock_threshold < 1:
         raise ProtocolError(f"{src}: 'timing.clock_threshold' must be in (0, 1), "
                             f"got {t.clock_threshold}")
+    if not (math.isfinite(t.pass_timeout) and t.pass_timeout > 0):
+        raise ProtocolError(f"{src}: 'timing.pass_timeout' must be a finite number of "
+                            f"seconds > 0, got {t.pass_timeout}")
     if not 0 < t.drop_threshold < 1:
         raise ProtocolError(f"{src}: 'timing.drop_threshold' must be in (0, 1), "
                             f"got {t.drop_threshold}")

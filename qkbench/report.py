@@ -7,6 +7,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from qkbench.audit import code_lines
 from qkbench.summary import current
 
 CPU_NOTE = ("Measured on the CPU: the Triton routes ran in the interpreter, so these figures "
@@ -76,6 +77,7 @@ def header_lines(archive: dict) -> list[str]:
     ]
     if archive.get("schema_version") == 1:
         lines.append(SCHEMA_1_NOTE)
+    lines += code_lines(archive)  # only where passes ran other code (a resume let change it)
     limits = summary.get("limits")
     if limits:
         floors = ", ".join(f"{k.replace('_', ' ')} {v:.2f} us"
@@ -230,7 +232,8 @@ def failures(archive: dict) -> list[str]:
     for p in archive["passes"]:
         if p["status"] != "ok":
             said = [*p.get("stderr_head", []), *p.get("stderr_tail", [])] or ["no output"]
-            lines.append(f"pass {p['index']} failed (exit {p.get('returncode')}): {said[-1]}")
+            why = p.get("reason") or said[-1]  # e.g. "timed out after 1800 s"
+            lines.append(f"pass {p['index']} failed (exit {p.get('returncode')}): {why}")
     return lines + invalid(archive)
 
 

@@ -3,16 +3,29 @@
 First the primary passes, one per order slot; then, while any (slot, case) was dropped or
 failed and has retries left, replacement passes with that slot's arm order for just those
 cases (balanced replacement, SPEC 4). The archive is rewritten atomically after every
-pass, so a run that dies keeps what it finished; a pass whose process crashes is recorded
-as failed (and replaced like a drop); ``resume`` continues an interrupted run without
-repeating finished passes, pending replacements included.
+pass, so a run that dies keeps what it finished; a pass whose process crashes, or runs
+past ``timing.pass_timeout``, is recorded as failed (and replaced like a drop); ``resume``
+continues an interrupted run without repeating finished passes, pending replacements
+included, and only with the code it started with unless told otherwise.
+
+The whole sweep holds the archive's lock (``lock.py``), which its workers inherit; each
+worker is its own process group, dies with the manager (``lifeline.py``) and never sees
+the signing key. Each write seals the archive (``seal.py``). Temporary files that a killed
+writer left beside the archive, and pass folders of managers that are gone, are removed
+when a sweep or resume starts.
 """
 
+import contextlib
 import json
 import os
+import queue
+import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import deque
@@ -23,14 +36,19 @@ from pathlib import Path
 import torch
 
 from qkbench import archive as archives
-from qkbench import env
+from qkbench import env, lifeline, seal
 from qkbench.backends import Backend
 from qkbench.errors import ArchiveError
-from qkbench.protocol import Protocol
+from qkbench.lock import ArchiveLock, alive
+from qkbench.protocol import Protocol, Timing
 from qkbench.routes import resolve
 from qkbench.schedule import order_of
 from qkbench.summary import open_slots, summarize
 from qkbench.worker import PROGRESS, pass_header
+
+# A pass's folder (its job and result files) in the temporary directory: the manager's
+# pid first, so that folders of a manager that was killed can be told and removed.
+PASS_DIR_PREFIX = "qkbench-pass-"
 
 
 @dataclass
@@ -63,20 +81,27 @@ def _overrides(protocol: Protocol) -> dict:
 
 def _worker_env(device: torch.device) -> dict:
     child = dict(os.environ)
+    child.pop(seal.KEY_ENV, None)  # a route runs in the worker: it never sees the key
+    child[lifeline.MANAGER_PID] = str(os.getpid())
     if device.type == "cpu":
         child["TRITON_INTERPRET"] = "1"
     return child
 
 
 def _failed_pass(job: dict, pid: int, returncode: int | None, head: list[str],
-                 tail: list[str]) -> dict:
-    """The archive's record of a pass that did not finish: what it said, first and last."""
-    return {**pass_header(job), "status": "failed", "returncode": returncode, "pid": pid,
-            "stderr_head": head, "stderr_tail": tail, "finished": time.time()}
+                 tail: list[str], reason: str | None = None) -> dict:
+    """The archive's record of a pass that did not finish: what it said, first and last,
+    and why it ended where the manager ended it."""
+    record = {**pass_header(job), "status": "failed", "returncode": returncode, "pid": pid,
+              "stderr_head": head, "stderr_tail": tail, "finished": time.time()}
+    if reason is not None:
+        record["reason"] = reason
+    return record
 
 
 def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
-    """The pass in this process; an exception in it fails the pass, not the run."""
+    """The pass in this process; an exception in it fails the pass, not the run. (It
+    cannot be timed out: nothing can stop a hung call in this process.)"""
     from qkbench.worker import run_pass
 
     try:
@@ -86,16 +111,39 @@ def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
         return _failed_pass(job, os.getpid(), None, lines[:40], lines[40:][-20:])
 
 
-def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
-    with tempfile.TemporaryDirectory(prefix="qkbench-pass-") as tmp:
+def _read_lines(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole process group (it is the group's leader)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _run_in_subprocess(job: dict, device: torch.device, events: Events, timeout: float,
+                       lock: ArchiveLock | None = None) -> dict:
+    """The pass in a fresh worker process (a process group of its own, holding the
+    archive's lock with the manager); ended, and recorded failed, after ``timeout`` s."""
+    with tempfile.TemporaryDirectory(prefix=f"{PASS_DIR_PREFIX}{os.getpid()}-") as tmp:
         job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")
         job_path.write_text(json.dumps(job))
-        proc = subprocess.Popen([sys.executable, "-m", "qkbench.worker", str(job_path),
+        deadline = time.monotonic() + timeout
+        proc = subprocess.Popen([sys.executable, "-m", "qkbench.lifeline", str(job_path),
                                  str(result_path)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, env=_worker_env(device))
+                                stderr=subprocess.PIPE, text=True, env=_worker_env(device),
+                                start_new_session=True,
+                                pass_fds=() if lock is None else (lock.fd,))
         head: list[str] = []
         tail: deque[str] = deque(maxlen=20)
-        for line in proc.stderr:
+        lines: queue.Queue = queue.Queue()
+        reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
+        timed_out = False
+
+        def take(line: str) -> None:
             if line.startswith(PROGRESS):
                 done, total = (int(v) for v in line.split()[1:3])
                 events.case_done(done, total)
@@ -103,13 +151,62 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events) -> dict:
                 head.append(line.rstrip())
             else:
                 tail.append(line.rstrip())
-        code = proc.wait()
-        if code == 0 and result_path.exists():
+
+        try:
+            if lock is not None:
+                lock.note_worker(proc.pid)
+            reader.start()
+            while (line := lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+                take(line)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except (queue.Empty, subprocess.TimeoutExpired):
+            timed_out = True
+        finally:
+            if proc.poll() is None:  # timed out, or the manager is being interrupted
+                _end(proc)
+            reader.join(timeout=5)
+            if lock is not None:
+                lock.note_worker(None)
+        while not lines.empty():
+            if (line := lines.get()) is not None:
+                take(line)
+        if timed_out:
+            return _failed_pass(job, proc.pid, proc.returncode, head, list(tail),
+                                reason=f"timed out after {timeout:g} s")
+        if proc.returncode == 0 and result_path.exists():
             return json.loads(result_path.read_text())
-        return _failed_pass(job, proc.pid, code, head, list(tail))
+        return _failed_pass(job, proc.pid, proc.returncode, head, list(tail))
+
+
+def remove_dead_pass_dirs(root: Path | None = None) -> list[Path]:
+    """Pass folders (``qkbench-pass-PID-*``) of managers that are gone: a manager killed
+    by SIGKILL cannot remove its own. Only this user's folders are looked at."""
+    root = Path(root or tempfile.gettempdir())
+    pattern = re.compile(rf"{re.escape(PASS_DIR_PREFIX)}(\d+)-.+")
+    removed = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if not m or int(m[1]) == os.getpid() or alive(int(m[1])):
+            continue
+        try:
+            if not entry.is_dir() or entry.is_symlink() or entry.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
 
 
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
+    version = existing.get("schema_version")
+    if version != archives.SCHEMA_VERSION:
+        raise ArchiveError(f"{out}: cannot resume: it is a schema {version} archive; resume it "
+                           "with the qkbench version that started it")
     if existing["protocol"]["sha256"] != protocol.sha256:
         raise ArchiveError(f"{out}: cannot resume: it was run with another protocol text")
     wanted = archives.as_stored(protocol.resolved())
@@ -124,6 +221,42 @@ def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Pa
                            f"differ from {settings}")
 
 
+def _check_seal(existing: dict, key: bytes | None, out: Path) -> None:
+    """Resume only an archive whose digests still hold, signed the way this run would
+    sign (a signed run goes on with the same key; an unsigned one without a key)."""
+    from qkbench.audit import digest_problems
+
+    recorded = existing.get("seal") or {}
+    signed = recorded.get("algorithm") == seal.HMAC_SHA256
+    if signed and key is None:
+        raise ArchiveError(f"{out}: cannot resume: it is signed ({seal.HMAC_SHA256}); set "
+                           f"{seal.KEY_ENV} to the key it was started with")
+    if signed and recorded.get("key_id") != seal.key_id(key):
+        raise ArchiveError(f"{out}: cannot resume: it is signed with another key (key id "
+                           f"{recorded.get('key_id')}, {seal.KEY_ENV} has {seal.key_id(key)})")
+    if not signed and key is not None:
+        raise ArchiveError(f"{out}: cannot resume: it is not signed, and {seal.KEY_ENV} is "
+                           "set: its passes cannot be signed now; unset the key to resume it")
+    problems = digest_problems(existing, key)
+    if problems:
+        raise ArchiveError(f"{out}: cannot resume: it was edited since it was written "
+                           f"({problems[0]}{'; ...' if len(problems) > 1 else ''}); "
+                           "`qkbench audit` it")
+
+
+def _check_code(existing: dict, out: Path, allow_code_change: bool) -> tuple[dict, list[str]]:
+    """The code this resume runs, and how it differs from the code the run started with;
+    refused when it differs unless ``allow_code_change``."""
+    now = env.code_now()
+    differ = env.code_differences(env.environment_code(existing["environment"]), now)
+    if differ and not allow_code_change:
+        raise ArchiveError(f"{out}: cannot resume: the code changed since the run started "
+                           f"({'; '.join(differ)}); resume from the tree it started with, or "
+                           "pass --allow-code-change to mix them (each pass records the "
+                           "code it ran)")
+    return now, differ
+
+
 def _differing(a, b, path: str = "") -> list[tuple[str, object, object]]:
     """The dotted keys whose values differ between two JSON objects, with both values."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -134,48 +267,77 @@ def _differing(a, b, path: str = "") -> list[tuple[str, object, object]]:
 
 def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
           command: list[str] | None = None, backend: Backend | None = None,
-          events: Events | None = None, header: dict | None = None) -> dict:
+          events: Events | None = None, allow_code_change: bool = False,
+          header: dict | None = None) -> dict:
     """Run (or resume) every pass of ``protocol``; returns the final archive.
 
+    Signs the archive when ``QKBENCH_SIGNING_KEY`` is set (``seal.py``). A resume refuses
+    an archive another process is writing, one edited since it was written, and a tree
+    whose git commit or kernel sources differ from the run's (unless
+    ``allow_code_change``: then the resume is recorded, and every pass records its code).
     ``header``: more top-level keys for a new archive (``qkbench gate`` records the two
-    commits it compares under ``gate``)."""
+    commits it compares under ``gate``).
+    """
     events = events or Events()
     t = protocol.timing
+    key = seal.signing_key()
     settings = archives.run_settings(protocol, str(device))
     for name in protocol.routes:  # an unknown or unloadable route fails before any file
         resolve(name)
-    if resume:
-        run = archives.read(out)
-        _check_resumable(run, protocol, settings, out)
-    else:
-        run = archives.new(protocol, settings, env.capture(device), command or [])
-        run.update(header or {})
-        archives.create(out, run)
-    done = {p["index"] for p in run["passes"]}
+    out = Path(out)
+    if resume and not out.is_file():  # before the lock, which would make its folder
+        archives.read(out)
+    with ArchiveLock(out) as lock:
+        archives.remove_stale_tmp_files(out)
+        remove_dead_pass_dirs()
 
-    def measure(job: dict) -> None:
-        events.pass_started(job["index"], t.passes)
-        if t.isolation == "process" and backend is None:
-            result = _run_in_subprocess(job, device, events)
+        def save(create: bool = False) -> None:
+            seal.seal(run, key)
+            (archives.create if create else archives.write)(out, run)
+
+        if resume:
+            run = archives.read(out)
+            _check_resumable(run, protocol, settings, out)
+            _check_seal(run, key, out)
+            code, differ = _check_code(run, out, allow_code_change)
+            run["resumed"].append({
+                "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command or [],
+                "after_passes": len(run["passes"]), "code": code, "code_changes": differ,
+                "allowed_code_change": allow_code_change})
+            save()
         else:
-            result = _run_in_process(job, backend, events)
-        result["digest"] = archives.pass_digest(result)
-        run["passes"] = sorted([*run["passes"], result], key=lambda p: p["index"])
-        run["summary"] = summarize(run)
-        archives.write(out, run)
-        events.pass_result(result)
-        events.pass_finished(job["index"], result["status"])
+            run = archives.new(protocol, settings, env.capture(device), command or [])
+            run.update(header or {})
+            save(create=True)
+        done = {p["index"] for p in run["passes"]}
 
-    for index in range(t.passes):
-        if index not in done:
-            measure(job_for(protocol, index, device))
-    run["summary"] = summarize(run)
-    # Each round replaces every open slot once; a slot's attempts are bounded by retries.
-    while slots := open_slots(run["summary"]):
-        for slot, keys in slots.items():
-            index = max(p["index"] for p in run["passes"]) + 1
-            measure(job_for(protocol, index, device, replaces=slot, case_keys=keys))
-    run["status"] = "complete"
-    run["summary"] = summarize(run)
-    archives.write(out, run)
+        def measure(job: dict) -> None:
+            events.pass_started(job["index"], t.passes)
+            if t.isolation == "process" and backend is None:
+                result = _run_in_subprocess(job, device, events, t.pass_timeout, lock)
+            else:
+                result = _run_in_process(job, backend, events)
+            result = archives.as_stored(result)
+            result["digest"] = archives.pass_digest(result, key)
+            run["passes"] = sorted([*run["passes"], result], key=lambda p: p["index"])
+            run["summary"] = summarize(run)
+            save()
+            events.pass_result(result)
+            events.pass_finished(job["index"], result["status"])
+
+        for index in range(t.passes):
+            if index not in done:
+                measure(job_for(protocol, index, device))
+        run["summary"] = summarize(run)
+        # Each round replaces every open slot once; a slot's attempts are bounded by retries.
+        while slots := open_slots(run["summary"]):
+            for slot, keys in slots.items():
+                index = max(p["index"] for p in run["passes"]) + 1
+                measure(job_for(protocol, index, device, replaces=slot, case_keys=keys))
+        run["status"] = "complete"
+        run["summary"] = summarize(run)
+        save()
     return run
+
+
+DEFAULT_PASS_TIMEOUT = Timing.pass_timeout

@@ -177,7 +177,7 @@ def run_pass(job: dict, backend: Backend | None = None,
         if progress:
             progress(done, len(cases))
     return {**pass_header(job), "pid": os.getpid(), "status": "ok",
-            "code": {**env.code_identity(), "kernels_sha256": env.kernel_hashes()},
+            "code": env.code_now(),
             "started": started, "finished": time.time(),
             "limits": limits.measure(backend, p.timing.inner_reps)
             if job.get("measure_limits", True) else None,

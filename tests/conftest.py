@@ -20,8 +20,10 @@ interpreter_only = pytest.mark.skipif(ON_GPU, reason="needs the Triton interpret
 
 @pytest.fixture(autouse=True)
 def _interpreter_setting_restored(monkeypatch):
-    """``--device cpu`` sets TRITON_INTERPRET for its workers; no test leaks it to the next."""
+    """``--device cpu`` sets TRITON_INTERPRET for its workers; no test leaks it to the next.
+    No signing key from the environment either: a test that signs sets its own."""
     monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+    monkeypatch.delenv("QKBENCH_SIGNING_KEY", raising=False)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from qkbench.protocol import load, parse, shipped
 from qkbench.schedule import ARMS
 
 from conftest import interpreter_only
+from helpers import reseal
 from synthetic import SyntheticBackend
 
 CPU = torch.device("cpu")
@@ -157,40 +158,40 @@ def test_audit_fails_when_one_raw_sample_is_edited(smoke_archive):
 
 
 def test_audit_fails_when_raw_samples_no_longer_give_the_stored_summary(smoke_archive):
-    # A forger who also refreshes the pass digest is caught by the recomputed summary.
+    # A forger who also refreshes the digests is caught by the recomputed summary (and, the
+    # pass now being dropped, by the slot it leaves open in a run that says complete).
     edited = copy.deepcopy(smoke_archive)
     arm = first_arm(edited)
     arm["samples"] = [s * 10 for s in arm["samples"]]
-    edited["passes"][0]["digest"] = archives.pass_digest(edited["passes"][0])
-    problems = audit(edited)
-    assert problems and all(p.startswith("summary.") for p in problems)
+    problems = audit(reseal(edited))
+    assert any(p.startswith("summary.") for p in problems)
+    assert all(p.startswith(("summary.", "status: complete, but slot 0 ")) for p in problems)
 
 
 def test_audit_fails_when_the_protocol_text_is_edited(smoke_archive):
     edited = copy.deepcopy(smoke_archive)
     edited["protocol"]["text"] += "\n# edited"
-    assert audit(edited) == ["protocol: text does not match its sha256"]
+    assert audit(reseal(edited)) == ["protocol: text does not match its sha256"]
 
 
 def test_audit_fails_when_the_recorded_schedule_is_edited(smoke_archive):
     edited = copy.deepcopy(smoke_archive)
     edited["settings"]["schedule"] = "blocked"
-    assert audit(edited) == [
+    assert audit(reseal(edited)) == [
         "settings.schedule: 'blocked' disagrees with the protocol's 'interleaved'"]
 
 
 def test_audit_fails_when_the_resolved_settings_are_edited(smoke_archive):
     edited = copy.deepcopy(smoke_archive)
     edited["protocol"]["resolved"]["geometries"][0]["head_dim"] = 128
-    assert audit(edited) == ["protocol: the resolved settings do not follow from its text "
+    assert audit(reseal(edited)) == ["protocol: the resolved settings do not follow from its text "
                              "and the recorded routes and timing"]
 
 
 def test_audit_reports_a_pass_whose_structure_was_broken(smoke_archive):
     edited = copy.deepcopy(smoke_archive)
     del edited["passes"][0]["cases"][0]["comparisons"][0]["arms"]
-    edited["passes"][0]["digest"] = archives.pass_digest(edited["passes"][0])
-    problems = audit(edited)
+    problems = audit(reseal(edited))
     assert len(problems) == 1
     assert problems[0].startswith("summary: cannot be recomputed from the passes (KeyError")
 

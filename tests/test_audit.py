@@ -1,0 +1,435 @@
+"""Audit against tampering: every edit the issue lists, applied to a real smoke archive.
+
+Each tamper is checked three ways: as made (the digests catch it), after a careful editor
+recomputed every digest without a key (what consistency alone catches; what it cannot is
+said below), and on a signed archive resealed without the key (the key catches it).
+Re-indenting an archive is not an edit.
+"""
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from qkbench import archive as archives
+from qkbench import seal
+from qkbench.archive import as_stored
+from qkbench.audit import audit, examine
+from qkbench.cli import app
+from qkbench.protocol import load
+from qkbench.schedule import order_of
+from qkbench.summary import summarize
+
+from helpers import reseal
+
+KEY = b"a CI secret"
+OTHER_KEY = b"someone else's secret"
+FIXTURES = Path(__file__).parent / "fixtures"
+QUICK = FIXTURES / "quick.toml"
+RESULTS = Path(__file__).parent.parent / "results"
+
+
+def resummarize(run: dict) -> None:
+    run["summary"] = as_stored(summarize(run))
+
+
+def _arms(run: dict, index: int) -> list[dict]:
+    return run["passes"][index]["cases"][0]["comparisons"][0]["arms"]
+
+
+def _delete_a_pass(run: dict) -> None:
+    del run["passes"][3]
+    resummarize(run)
+
+
+def _duplicate_a_pass(run: dict) -> None:
+    run["passes"].insert(3, copy.deepcopy(run["passes"][2]))
+
+
+def _order_not_its_slots(run: dict) -> None:
+    """Pass 2 claims slot 3's order, its arms rearranged to match."""
+    p = run["passes"][2]
+    p["order"] = list(order_of(3))
+    for case in p["cases"]:
+        for comp in case["comparisons"]:
+            by_label = {a["label"]: a for a in comp["arms"]}
+            comp["arms"] = [by_label[label] for label in p["order"]]
+    resummarize(run)
+
+
+def _swap_a_and_b(run: dict) -> None:
+    arms = {a["label"]: a for a in _arms(run, 1)}
+    arms["A"]["label"], arms["B"]["label"] = "B", "A"
+    resummarize(run)
+
+
+def _drop_a_sample(run: dict) -> None:
+    _arms(run, 0)[1]["samples"].pop()
+    resummarize(run)
+
+
+def _raise_the_drop_threshold(run: dict) -> None:
+    run["protocol"]["resolved"]["timing"]["drop_threshold"] = 0.5
+    resummarize(run)
+
+
+def _set(path: str, value) -> callable:
+    def edit(run: dict) -> None:
+        *parents, key = path.split(".")
+        table = run
+        for parent in parents:
+            table = table[int(parent)] if isinstance(table, list) else table[parent]
+        table[key] = value(table[key]) if callable(value) else value
+    return edit
+
+
+def _figure(path: str, scale: float):
+    def edit(run: dict) -> None:
+        _set(path, lambda v: type(v)(v * scale))(run)
+        resummarize(run)
+    return edit
+
+
+def _kernel_sha256(run: dict) -> None:
+    run["environment"]["kernels_sha256"]["fused.py"] = "0" * 64
+
+
+# Edits of the header alone: only a digest covers them.
+HEADER_TAMPERS = {
+    "dirty-flag": _set("environment.code.dirty", lambda v: not v),
+    "torch-version": _set("environment.torch", "2.99.0"),
+    "command": _set("command", ["qkbench", "sweep", "--samples", "1000"]),
+    "created": _set("created", "2026-01-01T00:00:00+0000"),
+    "status": _set("status", "running"),
+}
+# Edits that consistency catches as well (the code's identity: each pass records its own).
+CONSISTENCY_TAMPERS = {
+    "git-commit": _set("environment.code.commit", "0" * 40),
+    "kernel-sha256": _kernel_sha256,
+    "pass-deleted": _delete_a_pass,
+    "pass-duplicated": _duplicate_a_pass,
+    "order-not-its-slots": _order_not_its_slots,
+    "a-b-labels-swapped": _swap_a_and_b,
+    "sample-count": _drop_a_sample,
+    "copy-gbps": _figure("passes.0.limits.copy.gbps", 1.25),
+    "launch-floor": _figure("passes.0.limits.launch_floor.one_program.median_s", 0.5),
+    "case-bytes": _figure("passes.0.cases.0.bytes.fused", 0.5),
+    "copy-bytes": _figure("passes.0.cases.0.copy.bytes", 2),
+}
+TAMPERS = {**HEADER_TAMPERS, "drop-threshold-raised": _raise_the_drop_threshold,
+           **CONSISTENCY_TAMPERS}
+
+
+@pytest.fixture(scope="module")
+def signed(smoke_archive) -> dict:
+    """The smoke archive as a sweep with ``QKBENCH_SIGNING_KEY`` set would have sealed it."""
+    return reseal(copy.deepcopy(smoke_archive), KEY)
+
+
+def tampered(run: dict, name: str) -> dict:
+    edited = copy.deepcopy(run)
+    TAMPERS[name](edited)
+    return edited
+
+
+def test_the_smoke_archive_is_sealed_and_audits_clean(smoke_archive):
+    assert smoke_archive["schema_version"] == 3
+    assert smoke_archive["seal"]["algorithm"] == "sha256"
+    assert smoke_archive["seal"]["key_id"] is None
+    found = examine(smoke_archive)
+    assert (found.problems, found.notes) == ([], [])
+    assert found.origin.startswith("consistency only: the archive is not signed")
+
+
+def test_the_environment_records_numpy_and_scipy(smoke_archive):
+    import numpy
+    import scipy
+
+    env = smoke_archive["environment"]
+    assert (env["numpy"], env["scipy"]) == (numpy.__version__, scipy.__version__)
+
+
+@pytest.mark.parametrize("name", list(TAMPERS))
+def test_every_tamper_is_caught_by_the_digests(smoke_archive, name):
+    problems = audit(tampered(smoke_archive, name))
+    assert any(p.startswith(("seal: the header digest does not match",
+                             "pass ")) for p in problems), problems
+
+
+@pytest.mark.parametrize("name", list(CONSISTENCY_TAMPERS))
+def test_structural_and_figure_tampers_are_caught_even_with_the_digests_recomputed(
+        smoke_archive, name):
+    problems = audit(reseal(tampered(smoke_archive, name)))
+    assert problems
+    assert not any(p.startswith("seal:") or "does not match its digest" in p for p in problems)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("git-commit", "pass 0: ran other code than the run's environment records (git commit "
+                   "000000000000 -> "),
+    ("kernel-sha256", "pass 0: ran other code than the run's environment records "
+                      "(kernels/fused.py 00000000 -> "),
+    ("pass-deleted", "passes: indices [3] are missing (a deleted pass)"),
+    ("pass-deleted", "status: complete, but primary passes [3] of 6 are missing"),
+    ("pass-duplicated", "passes: index 2 appears 2 times (a duplicated pass)"),
+    ("order-not-its-slots", "pass 2: order B A' A is not slot 2's permutation (B A A')"),
+    ("a-b-labels-swapped", "pass 1 tiny-4x2/T1 split -> fused: arm B ran split, but B runs "
+                           "the candidate route fused"),
+    ("sample-count", "pass 0 tiny-4x2/T1 split -> fused: arm B has 4 timed and 2 warm-up "
+                     "samples; the protocol's sample plan gives 5 and 2"),
+    ("copy-gbps", "pass 0 limits: copy gbps "),
+    ("launch-floor", "pass 0 limits: launch_floor one_program median_s "),
+    ("case-bytes", "pass 0 tiny-4x2/T1: bytes of route fused are "),
+    ("copy-bytes", "pass 0 tiny-4x2/T1: the copy reference's bytes "),
+])
+def test_each_consistency_problem_is_named(smoke_archive, name, expected):
+    problems = audit(reseal(tampered(smoke_archive, name)))
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+@pytest.mark.parametrize("name", list(HEADER_TAMPERS))
+def test_without_a_key_a_resealed_header_edit_passes_consistency(smoke_archive, name):
+    # What an unkeyed digest cannot do, and what audit says it does not: the header's
+    # content is not derived from anything, so after a careful reseal only a key tells.
+    found = examine(reseal(tampered(smoke_archive, name)))
+    assert found.problems == []
+    assert found.origin.startswith("consistency only")
+
+
+def test_a_signed_archive_audits_clean_with_its_key(signed):
+    found = examine(signed, KEY)
+    assert found.problems == []
+    assert found.origin.startswith("signed: its hmac-sha256 digests were verified")
+
+
+@pytest.mark.parametrize("name", list(TAMPERS))
+def test_a_resealed_edit_of_a_signed_archive_is_caught_with_the_key(signed, name):
+    resealed = reseal(tampered(signed, name))  # digests recomputed, without the key
+    assert "not signed: its digests are unkeyed, so its origin cannot be verified with " \
+           "QKBENCH_SIGNING_KEY (anyone can recompute them after an edit)" in audit(resealed,
+                                                                                      KEY)
+
+
+@pytest.mark.parametrize("name", list(TAMPERS))
+def test_an_edit_resigned_with_another_key_under_the_right_key_id_is_caught(signed, name):
+    forged = reseal(tampered(signed, name), OTHER_KEY)
+    forged["seal"]["key_id"] = signed["seal"]["key_id"]
+    problems = audit(forged, KEY)
+    assert "seal: the header digest does not match (its environment, protocol, settings, " \
+           "command, created, status, resumes or list of passes was edited)" in problems
+    assert all(f"pass {p['index']}: raw content does not match its digest" in problems
+               for p in forged["passes"])
+
+
+def test_an_archive_signed_with_another_key_fails(signed):
+    problems = audit(signed, OTHER_KEY)
+    assert problems == [f"seal: signed with another key (key id {seal.key_id(KEY)}; "
+                        f"QKBENCH_SIGNING_KEY has key id {seal.key_id(OTHER_KEY)})"]
+
+
+def test_a_signed_archive_without_the_key_says_it_cannot_verify_its_origin(signed):
+    found = examine(signed)
+    assert found.problems == []
+    assert found.notes == [f"signed (hmac-sha256, key id {seal.key_id(KEY)}), but "
+                           "QKBENCH_SIGNING_KEY is not set: its digests were not checked"]
+    assert "cannot verify its origin" in found.origin
+
+
+# -- through the CLI: a keyed sweep, audit with and without the key, re-indented files ----------
+
+
+@pytest.fixture(scope="module")
+def keyed_sweep(tmp_path_factory):
+    """quick.toml swept with QKBENCH_SIGNING_KEY set (six in-process passes)."""
+    path = tmp_path_factory.mktemp("keyed") / "run.json.gz"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QKBENCH_SIGNING_KEY", KEY.decode())
+        mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+        result = CliRunner().invoke(app, ["sweep", "--protocol", str(QUICK), "--device", "cpu",
+                                          "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def audit_cli(path: Path, key: bytes | None, monkeypatch):
+    if key is None:
+        monkeypatch.delenv("QKBENCH_SIGNING_KEY", raising=False)
+    else:
+        monkeypatch.setenv("QKBENCH_SIGNING_KEY", key.decode())
+    return CliRunner().invoke(app, ["audit", str(path)])
+
+
+def test_a_sweep_with_a_key_signs_its_archive(keyed_sweep):
+    run = archives.read(keyed_sweep)
+    assert run["seal"] == {"algorithm": "hmac-sha256", "key_id": seal.key_id(KEY),
+                           "header": seal.digest(seal.header_body(run), KEY)}
+    assert all(p["digest"] == seal.pass_digest(p, KEY) for p in run["passes"])
+
+
+def test_audit_with_the_key_verifies_the_signature(keyed_sweep, monkeypatch):
+    result = audit_cli(keyed_sweep, KEY, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "proves signed: its hmac-sha256 digests were verified with QKBENCH_SIGNING_KEY" \
+        in " ".join(result.stdout.split())
+
+
+def test_audit_without_the_key_says_plainly_it_cannot_verify_origin(keyed_sweep, monkeypatch):
+    result = audit_cli(keyed_sweep, None, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "QKBENCH_SIGNING_KEY is not set: its digests were not checked" in result.stderr
+    assert "proves consistency only: the archive is signed, but without QKBENCH_SIGNING_KEY " \
+           "audit cannot verify its origin" in " ".join(result.stdout.split())
+
+
+def test_audit_of_an_unsigned_archive_says_it_checks_consistency_not_origin(smoke_sweep,
+                                                                           monkeypatch):
+    path, _ = smoke_sweep
+    result = audit_cli(path, None, monkeypatch)
+    assert result.exit_code == 0
+    assert "proves consistency only: the archive is not signed" in " ".join(result.stdout.split())
+    with_key = audit_cli(path, KEY, monkeypatch)
+    assert with_key.exit_code == 1
+    assert "mismatch: not signed: its digests are unkeyed" in with_key.stderr
+
+
+@pytest.mark.parametrize("layout", [{"indent": 4}, {"indent": None},
+                                    {"separators": (",", ":")}], ids=["indent4", "one-line",
+                                                                      "compact"])
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
+def test_re_indenting_an_archive_is_not_an_edit(smoke_archive, signed, tmp_path, monkeypatch,
+                                                layout, key):
+    run = signed if key else smoke_archive
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run, **layout))
+    result = audit_cli(path, key, monkeypatch)
+    assert result.exit_code == 0, result.output
+
+
+def test_verification_edited_to_ok_is_caught(tmp_path, monkeypatch):
+    """A real sweep whose candidate fails verification (one bit off in every 8th element);
+    its verification then edited to ok, the digests recomputed."""
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    path = tmp_path / "run.json"
+    route = "invalid_routes:one_bit_off"
+    result = CliRunner().invoke(app, ["sweep", "--protocol", str(QUICK), "--device", "cpu",
+                                      "--route", "split", "--route", route, "--out", str(path)])
+    assert result.exit_code == 1  # an invalid route
+    run = archives.read(path)
+    assert audit(run) == []
+    edited = copy.deepcopy(run)
+    check = edited["passes"][2]["cases"][0]["verification"][route]
+    assert check["ok"] is False and check["differing_share"] > 0
+    check["ok"] = True
+    problems = audit(reseal(edited))
+    assert (f"pass 2 tiny-2x1/T1: verification of {route} says ok=True, but its recorded errors "
+            "give ok=False") in problems
+    # The same edit made to the comparison too (invalid -> timed) cannot produce arms.
+    assert any(p.startswith(f"pass 2 tiny-2x1/T1 split -> {route}: invalid routes")
+               for p in problems)
+
+
+def test_a_raised_drop_threshold_with_the_summary_recomputed_is_caught(smoke_archive, signed):
+    assert audit(tampered(smoke_archive, "drop-threshold-raised")) == [
+        "seal: the header digest does not match (its environment, protocol, settings, command, "
+        "created, status, resumes or list of passes was edited)"]
+    assert audit(reseal(tampered(signed, "drop-threshold-raised")), KEY)
+
+
+# -- archives from before: audited by what they have --------------------------------------------
+
+
+COMMITTED = sorted(RESULTS.glob("h*/*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.name}/{p.name}" for p in COMMITTED])
+def test_committed_schema_1_archives_audit_clean_and_say_what_was_not_checked(path):
+    found = examine(archives.read(path))
+    assert found.problems == []
+    assert found.notes[0].startswith("schema 1 archive: audited by what it has")
+    assert found.origin == ("consistency only: a schema 1 archive has no header digest and no "
+                            "signature")
+
+
+def test_a_schema_1_archive_audited_with_a_key_is_not_signed():
+    problems = audit(archives.read(COMMITTED[0]), KEY)
+    assert problems == ["not signed: its digests are unkeyed, so its origin cannot be verified "
+                        "with QKBENCH_SIGNING_KEY (anyone can recompute them after an edit)"]
+
+
+def test_an_edited_schema_1_archive_is_still_caught():
+    run = archives.read(COMMITTED[0])
+    run["passes"][1]["order"] = run["passes"][2]["order"]
+    problems = audit(run)
+    assert "pass 1: raw content does not match its digest" in problems
+    assert any(p.startswith("pass 1: order ") for p in problems)
+
+
+# -- resume and the seal ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_pass(tmp_path_factory) -> Path:
+    from qkbench import runner
+
+    path = tmp_path_factory.mktemp("one-pass") / "run.json"
+
+    def interrupt(index: int, status: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.sweep(load(str(QUICK)), torch.device("cpu"), path,
+                     events=runner.Events(pass_finished=interrupt))
+    return path
+
+
+def _resume(path: Path):
+    return CliRunner().invoke(app, ["sweep", "--protocol", str(QUICK), "--device", "cpu",
+                                    "--resume", "--out", str(path)])
+
+
+def test_resume_refuses_an_archive_edited_since_it_was_written(one_pass, tmp_path):
+    path = tmp_path / "run.json"
+    run = archives.read(one_pass)
+    run["environment"]["torch"] = "2.99.0"
+    archives.write(path, run)
+    result = _resume(path)
+    assert result.exit_code == 1
+    assert (f"{path}: cannot resume: it was edited since it was written (seal: the header "
+            "digest does not match") in result.stderr
+    assert archives.read(path)["passes"] == run["passes"]
+
+
+def test_resume_of_an_unsigned_archive_with_a_key_is_refused(one_pass, tmp_path, monkeypatch):
+    path = tmp_path / "run.json"
+    path.write_bytes(one_pass.read_bytes())
+    monkeypatch.setenv("QKBENCH_SIGNING_KEY", KEY.decode())
+    result = _resume(path)
+    assert result.exit_code == 1
+    assert "cannot resume: it is not signed, and QKBENCH_SIGNING_KEY is set" in result.stderr
+
+
+def test_resume_of_a_signed_archive_without_its_key_is_refused(one_pass, tmp_path):
+    path = tmp_path / "run.json"
+    archives.write(path, reseal(archives.read(one_pass), KEY))
+    result = _resume(path)
+    assert result.exit_code == 1
+    assert "cannot resume: it is signed (hmac-sha256); set QKBENCH_SIGNING_KEY" in result.stderr
+
+
+def test_the_worker_never_sees_the_signing_key(monkeypatch):
+    from qkbench import runner
+
+    monkeypatch.setenv("QKBENCH_SIGNING_KEY", KEY.decode())
+    child = runner._worker_env(torch.device("cpu"))
+    assert "QKBENCH_SIGNING_KEY" not in child
+    assert child["QKBENCH_MANAGER_PID"] == str(os.getpid())
+
+
+def test_audit_help_says_what_the_key_changes():
+    text = " ".join(CliRunner().invoke(app, ["audit", "--help"]).stdout.replace("│", " ").split())
+    assert "an unsigned archive fails; without it, audit checks consistency only" in text
+
