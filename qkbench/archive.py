@@ -13,7 +13,7 @@ Schema history:
     order slots, the mean-log-ratio estimate, the interval's coverage, the slot effect and
     censored crossovers (see ``summary.py``). Schema 1 archives are still read: audit
     checks them by their own rules (``legacy.py``), reports re-summarise them.
-  3 (2026-12-04): sealed: ``seal`` holds a digest of the header (schema version, kind,
+  3 (2026-12-03): sealed: ``seal`` holds a digest of the header (schema version, kind,
     created, command, status, protocol, settings, environment, resumes) and of the list of
     pass digests, with its algorithm (``sha256``, or ``hmac-sha256`` and the key's id when
     signed, see ``seal.py``); pass digests use the same algorithm. ``resumed`` lists each

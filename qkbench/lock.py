@@ -28,7 +28,9 @@ def lock_path(archive: Path) -> Path:
 
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie (a killed manager's orphaned
-    worker may be reaped late, or never, where PID 1 reaps nothing)."""
+    worker may be reaped late, or never, where PID 1 reaps nothing). A process whose main
+    thread is a zombie while another of its threads is still exiting is alive: it still
+    holds its files."""
     if pid <= 0:
         return False
     try:
@@ -38,10 +40,12 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stats = [t.read_text() for t in Path(f"/proc/{pid}/task").glob("*/stat")]
     except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+        stats = []
+    if not stats:
+        return True  # no /proc here, or it is gone this instant: say alive, to be safe
+    return any(s.rpartition(")")[2].split()[:1] not in (["Z"], ["X"]) for s in stats)
 
 
 class ArchiveLock:

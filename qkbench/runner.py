@@ -40,7 +40,7 @@ from qkbench import env, lifeline, seal
 from qkbench.backends import Backend
 from qkbench.errors import ArchiveError
 from qkbench.lock import ArchiveLock, alive
-from qkbench.protocol import Protocol, Timing
+from qkbench.protocol import Protocol
 from qkbench.routes import resolve
 from qkbench.schedule import order_of
 from qkbench.summary import open_slots, summarize
@@ -339,5 +339,3 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         save()
     return run
 
-
-DEFAULT_PASS_TIMEOUT = Timing.pass_timeout

@@ -86,6 +86,19 @@ def lock_record(path: Path) -> dict | None:
         return None
 
 
+def lock_holders(path: Path) -> list[str]:
+    """The processes with ``path``'s lock file open (pid and command line), from /proc."""
+    target = str(lock_path(path))
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if any(os.readlink(fd) == target for fd in (proc / "fd").iterdir()):
+                found.append(f"{proc.name}: {(proc / 'cmdline').read_bytes()[:200]!r}")
+        except OSError:
+            continue
+    return found
+
+
 def one_error_line(result) -> str:
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
@@ -128,6 +141,7 @@ def killed_manager(tmp_path_factory):
         killed_at = time.monotonic()
         wait_for(lambda: not alive(worker), 30, f"the worker (pid {worker}) to die")
         worker_gone_after = time.monotonic() - killed_at
+        wait_for(lambda: not lock_holders(out), 30, "every process to close the lock file")
     finally:
         if manager.poll() is None:
             kill(manager.pid)
@@ -173,6 +187,7 @@ def test_an_archive_killed_before_its_first_pass_audits_as_such(killed_manager):
 def test_resume_removes_a_killed_managers_pass_folder_and_starts(killed_manager, monkeypatch):
     k = killed_manager
     assert k.pass_dirs and all(p.is_dir() for p in k.pass_dirs)  # left by the SIGKILL
+    assert lock_holders(k.out) == []
     monkeypatch.syspath_prepend(str(FIXTURES))
     monkeypatch.setattr(tempfile, "tempdir", str(k.scratch))
 
@@ -207,8 +222,9 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_resume_never_starts_while_an_old_worker_holds_the_lock(tmp_path):
+def test_resume_never_starts_while_an_old_worker_holds_the_lock(one_pass, tmp_path):
     out = tmp_path / "run.json"
+    out.write_bytes(one_pass.read_bytes())
     manager = subprocess.run([sys.executable, "-c", ORPHANING_MANAGER, str(out)],
                              capture_output=True, text=True, env=child_env(), timeout=120)
     assert manager.returncode == -signal.SIGKILL, manager.stderr
@@ -225,8 +241,14 @@ def test_resume_never_starts_while_an_old_worker_holds_the_lock(tmp_path):
         if alive(worker):
             kill(worker)
     wait_for(lambda: not alive(worker), 30, "the worker to die")
-    with pytest.raises(ArchiveError, match="no such archive"):  # past the lock now
-        runner.sweep(load(str(QUICK)), CPU, out, resume=True)
+
+    def stop(index: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # past the lock now: the resume starts
+        runner.sweep(load(str(QUICK)), CPU, out, resume=True,
+                     events=runner.Events(pass_started=stop))
+    assert len(archives.read(out)["resumed"]) == 1
 
 
 def manager_pid(out: Path) -> int:
