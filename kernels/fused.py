@@ -1,10 +1,9 @@
 """The fused route: RMSNorm of every q and k head row, then RoPE, in one launch.
 
-Each row is read once from memory and written once. A program loads its rows whole, as
-``rms_norm`` does, so the norm is the same computation; under neox it also loads, for each
-rotary channel, the channel it pairs with (the same rows again, from the cache) and
-normalises that too, then rotates with ``rope``'s own function. The result is therefore
-bit-identical to the split route (``split.qk_norm_rope_split``).
+Each row is read once and written once. The rotary pairs and the pass-through channels
+are loaded as separate tiles; the norm's sum of squares is rebuilt from them in the same
+pairwise order ``rms_norm`` uses over the whole row, so the result is bit-identical to the
+split route (``split.qk_norm_rope_split``).
 """
 
 from collections.abc import Sequence
