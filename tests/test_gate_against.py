@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from qkbench import backends, env, limits, refs, runner, worker
 from qkbench.cli import app
 from qkbench.errors import GateError
-from qkbench.protocol import load
+from qkbench.protocol import Timing, load
 
 from conftest import interpreter_only
 
@@ -258,7 +258,8 @@ def test_a_worker_process_resolves_the_ref_route_and_the_export_is_removed_after
         proto = protocol.with_overrides(routes=[export.route("fused"), "fused"])
         job = runner.job_for(proto, 0, torch.device("cpu"))
         job["measure_limits"] = False
-        result = runner._run_in_subprocess(job, torch.device("cpu"), runner.Events())
+        result = runner._run_in_subprocess(job, torch.device("cpu"), runner.Events(),
+                                           Timing().pass_timeout)
         assert export.package in sys.modules
     assert result["status"] == "ok", result.get("stderr_tail")
     (case,) = result["cases"]
