@@ -1,6 +1,7 @@
 """Test setup: without a GPU the Triton kernels run on the CPU interpreter."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -57,3 +58,22 @@ def smoke_archive(smoke_sweep) -> dict:
     path, result = smoke_sweep
     assert result.exit_code == 0, result.output
     return archive.read(path)
+
+
+@pytest.fixture(scope="session")
+def one_pass(tmp_path_factory):
+    """``tests/fixtures/quick.toml`` interrupted (Ctrl-C) right after its first pass was
+    archived: a running archive to resume, edit or lock."""
+    from qkbench import runner
+    from qkbench.protocol import load
+
+    path = tmp_path_factory.mktemp("one-pass") / "run.json"
+
+    def interrupt(index: int, status: str) -> None:
+        raise KeyboardInterrupt
+
+    quick = Path(__file__).parent / "fixtures" / "quick.toml"
+    with pytest.raises(KeyboardInterrupt):
+        runner.sweep(load(str(quick)), torch.device("cpu"), path,
+                     events=runner.Events(pass_finished=interrupt))
+    return path

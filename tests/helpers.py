@@ -30,3 +30,15 @@ def reseal(run: dict, key: bytes | None = None) -> dict:
         p["digest"] = seal.pass_digest(p, key)
     seal.seal(run, key)
     return run
+
+
+def assert_usage_error(result, *fragments: str) -> str:
+    """Exit 2 (a usage or input error), one ``error:`` line on stderr holding each
+    fragment, no traceback; returns the line."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]

@@ -19,6 +19,7 @@ with seeded noise, so every run of a test sees the same numbers. The pass index 
 from the runner's ``pass_started`` event: sweep with ``events=backend.events()``.
 """
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +31,22 @@ from qkbench.runner import Events
 BASE_SECONDS = 1e-5
 # The references the harness times besides the arms: same-bytes copy, launch floor.
 REFERENCE_SECONDS = {"copy": 5e-6, "floor": 1e-6, "limit": 1e-6}
+
+
+def tiny_protocol(name: str = "tiny", tokens: Sequence[int] = (1, 3), *, geometry: str = "",
+                  tables: str = "", **timing) -> str:
+    """The TOML text of a protocol this clock sweeps in seconds: split against fused on one
+    geometry "tiny" (2 q heads, 1 k head, head_dim 64), six in-process passes of 30 samples.
+    ``timing`` sets timing keys, ``geometry`` adds lines to the geometry, ``tables`` appends
+    tables (bands)."""
+    settings = {"passes": 6, "warmup": 2, "samples": 30, "inner_reps": 1,
+                "isolation": "inprocess", **timing}
+    lines = [f'name = "{name}"', 'routes = ["split", "fused"]', f"tokens = {list(tokens)}",
+             "max_position = 64", "", "[timing]",
+             *(f"{key} = {json.dumps(value)}" for key, value in settings.items()), "",
+             "[[geometry]]", 'name = "tiny"', "heads_q = 2", "heads_k = 1", "head_dim = 64",
+             geometry, tables]
+    return "\n".join(lines) + "\n"
 
 
 class SyntheticBackend(Backend):

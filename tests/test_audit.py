@@ -20,7 +20,6 @@ from qkbench import seal
 from qkbench.archive import as_stored
 from qkbench.audit import audit, examine
 from qkbench.cli import app
-from qkbench.protocol import load
 from qkbench.schedule import order_of
 from qkbench.summary import summarize
 
@@ -369,21 +368,6 @@ def test_an_edited_schema_1_archive_is_still_caught():
 
 
 # -- resume and the seal ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def one_pass(tmp_path_factory) -> Path:
-    from qkbench import runner
-
-    path = tmp_path_factory.mktemp("one-pass") / "run.json"
-
-    def interrupt(index: int, status: str) -> None:
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        runner.sweep(load(str(QUICK)), torch.device("cpu"), path,
-                     events=runner.Events(pass_finished=interrupt))
-    return path
 
 
 def _resume(path: Path):

@@ -15,29 +15,11 @@ from qkbench.errors import ProtocolError
 from qkbench.protocol import parse
 
 from conftest import interpreter_only
-from synthetic import SyntheticBackend
+from synthetic import SyntheticBackend, tiny_protocol
 
 pytestmark = interpreter_only
 
-PROTOCOL = """
-name = "calibrated"
-routes = ["split", "fused"]
-tokens = [1, 3]
-max_position = 64
-
-[timing]
-passes = 6
-warmup = 2
-samples = 30
-inner_reps = 8
-isolation = "inprocess"
-
-[[geometry]]
-name = "tiny"
-heads_q = 2
-heads_k = 1
-head_dim = 64
-"""
+PROTOCOL = tiny_protocol("calibrated", inner_reps=8)
 EVERY = (8, 2)  # +12.5 % and +50 % of the route's own work
 
 

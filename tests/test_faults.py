@@ -344,19 +344,6 @@ def test_a_pass_timeout_that_is_not_a_positive_number_of_seconds_is_refused(valu
 # -- a writer killed mid-write (item 8) --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def one_pass(tmp_path_factory) -> Path:
-    """quick.toml interrupted (Ctrl-C) right after its first pass was archived."""
-    path = tmp_path_factory.mktemp("one-pass") / "run.json"
-
-    def interrupt(index: int, status: str) -> None:
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        runner.sweep(load(str(QUICK)), CPU, path, events=runner.Events(pass_finished=interrupt))
-    return path
-
-
 # Holds the lock and rewrites the archive, slowed where the test kills it: while the bytes
 # are being made (its temporary file is open and empty), or with half of them on disk.
 SLOW_WRITER = """

@@ -21,31 +21,11 @@ from qkbench.errors import GateError
 from qkbench.protocol import parse
 
 from conftest import interpreter_only
-from synthetic import BASE_SECONDS, SyntheticBackend
+from helpers import assert_usage_error
+from synthetic import BASE_SECONDS, SyntheticBackend, tiny_protocol
 
-PROTOCOL = """
-name = "gate"
-routes = ["split", "fused"]
-tokens = [1, 3]
-max_position = 64
-
-[timing]
-passes = 6
-warmup = 2
-samples = 20
-inner_reps = 1
-isolation = "inprocess"
-
-[[geometry]]
-name = "tiny"
-heads_q = 2
-heads_k = 1
-head_dim = 64
-
-[[band]]
-name = "decode"
-tokens_max = 1
-"""
+BAND = '[[band]]\nname = "decode"\ntokens_max = 1'
+PROTOCOL = tiny_protocol("gate", samples=20, tables=BAND)
 FUSED_GAIN = -0.5  # fused takes half split's time in every run below, unless said otherwise
 
 # name -> (protocol text, synthetic clock)
@@ -62,7 +42,7 @@ RUNS = {
     "wide-0.4pct-slower": (PROTOCOL, {"effect": (1 + FUSED_GAIN) * 1.004 - 1, "seed": 1,
                                       "null_bias": {2: 0.004}}),
     "0.4pct-slower": (PROTOCOL, {"effect": (1 + FUSED_GAIN) * 1.004 - 1, "seed": 1}),
-    "other-protocol": (PROTOCOL.replace("tokens = [1, 3]", "tokens = [1]"),
+    "other-protocol": (tiny_protocol("gate", (1,), samples=20, tables=BAND),
                        {"effect": FUSED_GAIN}),
     "fused-slower": (PROTOCOL, {"effect": 0.10}),
     # One arm order's null arm always disagrees: every cell is unstable.
@@ -101,16 +81,6 @@ def last_line(result) -> str:
 
 def across(archive, a: str, b: str, *args: str):
     return invoke("--baseline", archive(a), "--candidate", archive(b), *args)
-
-
-def assert_usage_error(result, *fragments: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 # -- across archives -----------------------------------------------------------------------

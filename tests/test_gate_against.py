@@ -34,6 +34,7 @@ from qkbench.errors import GateError
 from qkbench.protocol import Timing, load
 
 from conftest import interpreter_only
+from helpers import assert_usage_error
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUICK = str(FIXTURES / "quick.toml")
@@ -206,16 +207,6 @@ def test_against_a_slower_ref_the_working_tree_passes_as_faster(repo, tmp_path, 
 
 
 # -- what cannot be gated is exit 2 in one line -------------------------------------------------
-
-
-def assert_usage_error(result, *fragments: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(("ref", "fragments"), [

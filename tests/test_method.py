@@ -16,30 +16,15 @@ from qkbench.protocol import parse
 from qkbench.schedule import ARMS
 
 from conftest import interpreter_only
-from synthetic import SyntheticBackend
+from synthetic import SyntheticBackend, tiny_protocol
 
 pytestmark = interpreter_only
 
-PROTOCOL = """
-name = "method"
-routes = ["split", "fused"]
-tokens = [1, 3]
-max_position = 64
+def protocol(schedule: str = "interleaved", **settings) -> str:
+    """The tiny protocol under ``schedule``; ``settings`` as ``tiny_protocol`` takes them."""
+    return tiny_protocol("method", schedule=schedule, **settings)
 
-[timing]
-passes = 6
-warmup = 2
-samples = 30
-inner_reps = 1
-isolation = "inprocess"
-schedule = "{schedule}"
 
-[[geometry]]
-name = "tiny"
-heads_q = 2
-heads_k = 1
-head_dim = 64
-"""
 THRESHOLD = 0.01  # the protocol's default drop threshold
 CASES = 2
 
@@ -49,12 +34,13 @@ def measure(tmp_path_factory):
     """Sweep the tiny protocol with a synthetic clock; sweeps of equal settings are shared."""
     done = {}
 
-    def sweep(schedule: str = "interleaved", timing: str = "", **clock) -> dict:
-        key = (schedule, timing, repr(sorted(clock.items())))
+    def sweep(schedule: str = "interleaved", timing: dict | None = None, **clock) -> dict:
+        timing = timing or {}
+        key = (schedule, repr(sorted(timing.items())), repr(sorted(clock.items())))
         if key not in done:
             backend = SyntheticBackend(**clock)
             out = tmp_path_factory.mktemp("method") / "run.json"
-            text = PROTOCOL.format(schedule=schedule).replace("[timing]", f"[timing]\n{timing}")
+            text = protocol(schedule, **timing)
             done[key] = runner.sweep(parse(text), torch.device("cpu"), out, backend=backend,
                                      events=backend.events())
         return done[key]
@@ -129,7 +115,7 @@ def test_identical_routes_under_a_first_slot_bias_get_no_verdict(measure, bias):
 def test_identical_routes_with_every_order_kept_are_unresolved_and_balanced(measure, bias):
     # A threshold loose enough to keep the biased nulls: the kept set holds each order
     # once, the slot effect cancels in the estimate and shows in the slot effect instead.
-    comp = comparison(measure(first_bias=bias, timing="drop_threshold = 0.1"))
+    comp = comparison(measure(first_bias=bias, timing={"drop_threshold": 0.1}))
     for cell in comp["cases"]:
         assert cell["effect"]["verdict"] == "unresolved"
         assert cell["effect"]["estimate"] == pytest.approx(0.0, abs=0.001)
@@ -141,7 +127,7 @@ def test_true_effect_under_a_first_slot_bias_is_estimated_without_the_bias(measu
     # Every label 3 % slower when sampled first; B truly 10 % slower. The median of the six
     # deltas would move by about 1.6 points; the mean log ratio cancels the bias exactly.
     for cell in comparison(measure(effect=0.10, first_bias=0.03,
-                                   timing="drop_threshold = 0.05"))["cases"]:
+                                   timing={"drop_threshold": 0.05}))["cases"]:
         e = cell["effect"]
         assert e["verdict"] == "slower"
         assert e["estimate"] == pytest.approx(0.10, abs=0.005)
@@ -202,7 +188,7 @@ def test_an_order_that_always_disagrees_is_unstable_and_named(measure):
 
 
 def test_retries_bound_the_replacement_passes(measure):
-    archive = measure(order_null_bias={("B", "A", "A'"): 0.03}, timing="retries = 0")
+    archive = measure(order_null_bias={("B", "A", "A'"): 0.03}, timing={"retries": 0})
     assert all(p["replaces"] is None for p in archive["passes"])
     for cell in comparison(archive)["cases"]:
         assert cell["effect"]["unstable_orders"] == ["B A A'"]
@@ -255,7 +241,7 @@ def test_no_arm_systematically_follows_a_synchronisation(measure):
     # Every sample right after a host sync is 30 % slow, and a sync comes every 3 rounds
     # (a multiple of the arm count, which used to hit the same arm every time): the round
     # after each sync is discarded, so the identical arms agree and nothing is resolved.
-    comp = comparison(measure(after_sync=0.3, timing="chunk = 3"))
+    comp = comparison(measure(after_sync=0.3, timing={"chunk": 3}))
     assert comp["drops"]["dropped"] == 0
     for cell in comp["cases"]:
         assert cell["effect"]["verdict"] == "unresolved"
@@ -276,7 +262,7 @@ def test_a_moved_clock_is_flagged_and_kept_by_default(measure):
 
 def test_drop_throttled_turns_a_throttle_flag_into_a_replaced_drop(measure):
     archive = measure(card={3: {"throttle": ["sw_power_cap"], "throttle_mask": 4}},
-                      timing="drop_throttled = true")
+                      timing={"drop_throttled": True})
     for cell in comparison(archive)["cases"]:
         dropped = [r for r in cell["passes"] if not r["kept"]]
         assert [(r["pass"], r["drop_reason"]) for r in dropped] == [(3, "throttled")]
@@ -291,8 +277,7 @@ def test_an_idle_throttle_reason_is_not_a_flag(measure):
 
 def _case_results(cache: str, l2_bytes: int | None, tmp_path) -> list[dict]:
     """The tiny protocol's passes under ``cache``, on a synthetic device with this L2."""
-    text = PROTOCOL.format(schedule="interleaved").replace(
-        "inner_reps = 1", f'inner_reps = 1\ncache = "{cache}"')
+    text = protocol(cache=cache)
     backend = SyntheticBackend()
     backend.l2_bytes = l2_bytes
     run = runner.sweep(parse(text), torch.device("cpu"), tmp_path / "run.json",
@@ -337,8 +322,7 @@ def test_padding_is_allocated_before_every_arm(measure):
     assert len({pl["padding_bytes"]["A"] for _, pl in _placements(measure(effect=0.10))}) > 1
 
 
-OUT_OF_PLACE = PROTOCOL.format(schedule="interleaved").replace(
-    "head_dim = 64", "head_dim = 64\ninplace = false")
+OUT_OF_PLACE = tiny_protocol("method", geometry="inplace = false")
 
 
 def test_each_out_of_place_buffer_records_its_offset_and_moves_between_passes(tmp_path):
@@ -366,8 +350,7 @@ def test_a_bound_never_crosses_an_unstable_cell(tmp_path):
     # T = 1, 3, 5, the candidate twice as fast everywhere; the T = 3 cell disagrees in
     # pass 2 (order B A A') and in both its replacements (passes 6 and 7, where it is the
     # only case), so that cell is unstable and ends the run.
-    text = PROTOCOL.format(schedule="interleaved").replace("tokens = [1, 3]",
-                                                           "tokens = [1, 3, 5]")
+    text = tiny_protocol("method", (1, 3, 5))
     backend = SyntheticBackend(effect=-0.5, null_bias={(2, 1): 0.05, (6, 0): 0.05,
                                                        (7, 0): 0.05})
     run = runner.sweep(parse(text), torch.device("cpu"), tmp_path / "run.json",
