@@ -260,3 +260,16 @@ def check_norm(q_weight: object, k_weight: object, D: int, device: torch.device,
     check_weight("k_weight", k_weight, D, device)
     check_choice("weight_mode", weight_mode, WEIGHT_MODES)
     return check_eps(eps), weight_mode == "offset"
+
+
+def check_qk_norm_rope(q: object, k: object, q_weight: object, k_weight: object,
+                       positions: object, cos_sin_cache: object, *, eps: object,
+                       rotary_dim: int | None, style: str, weight_mode: str,
+                       mrope_section: Sequence[int] | None, mrope_layout: str, inplace: bool,
+                       q_out: object, k_out: object) -> tuple[RopeCall, float, bool]:
+    """Validate the whole op's arguments (both routes); returns ``(call, eps, offset)``."""
+    call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
+                      mrope_section=mrope_section, mrope_layout=mrope_layout, inplace=inplace,
+                      q_out=q_out, k_out=k_out)
+    norm_eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps, weight_mode)
+    return call, norm_eps, offset

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from . import calls
-from .checks import RopeCall, check_flag, check_norm, check_rope
+from .checks import RopeCall, check_flag, check_qk_norm_rope
 from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, next_pow2, plan_pair
 from .tiles import (
@@ -181,11 +181,10 @@ def qk_norm_rope(
                mrope_layout, inplace, pdl)
 
     def build() -> calls.Resolved:
-        call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
-                          mrope_section=mrope_section, mrope_layout=mrope_layout,
-                          inplace=inplace, q_out=q_out, k_out=k_out)
-        norm_eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps,
-                                      weight_mode)
+        call, norm_eps, offset = check_qk_norm_rope(
+            q, k, q_weight, k_weight, positions, cos_sin_cache, eps=eps, rotary_dim=rotary_dim,
+            style=style, weight_mode=weight_mode, mrope_section=mrope_section,
+            mrope_layout=mrope_layout, inplace=inplace, q_out=q_out, k_out=k_out)
         use_pdl = check_pdl(pdl, q.device)
         T, HQ, D = call.q.shape
         plans = fused_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import torch
 
 from . import calls
-from .checks import check_flag, check_norm, check_rope
+from .checks import check_flag, check_qk_norm_rope
 from .launch import nonempty
 from .plan import TilePlan
 from .rms_norm import norm_launch, norm_plan
@@ -31,11 +31,10 @@ def qk_norm_rope_split(
                mrope_layout, inplace)
 
     def build() -> calls.Resolved:
-        call = check_rope(q, k, positions, cos_sin_cache, rotary_dim=rotary_dim, style=style,
-                          mrope_section=mrope_section, mrope_layout=mrope_layout,
-                          inplace=inplace, q_out=q_out, k_out=k_out)
-        norm_eps, offset = check_norm(q_weight, k_weight, q.shape[-1], q.device, eps,
-                                      weight_mode)
+        call, norm_eps, offset = check_qk_norm_rope(
+            q, k, q_weight, k_weight, positions, cos_sin_cache, eps=eps, rotary_dim=rotary_dim,
+            style=style, weight_mode=weight_mode, mrope_section=mrope_section,
+            mrope_layout=mrope_layout, inplace=inplace, q_out=q_out, k_out=k_out)
         T, HQ, D = call.q.shape
         plans = split_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
                             q.element_size())
