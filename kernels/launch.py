@@ -94,8 +94,10 @@ class KernelLaunch:
             _recorders[-1].append((self, ptrs))
         device = -1
         if DIRECT and ptrs[0].is_cuda:
-            aligned = not any(p.data_ptr() & 15 for p in ptrs)
-            device = torch.cuda.current_device() if aligned else -1
+            addresses = 0
+            for p in ptrs:
+                addresses |= p.data_ptr()
+            device = -1 if addresses & 15 else torch.cuda.current_device()
             runner = self.runners.get(device)
             if runner is not None:
                 runner(*ptrs, *self.tail)

@@ -29,6 +29,12 @@ class Settings:
     # Rows are never spread so thin that a warp's thread holds less than this many bytes of
     # a row tile: below 16 the loads and stores stop being 16-byte vectors.
     min_bytes_per_thread: int = 16
+    # Partial rotary: the fused kernel loads the whole row as its pass-through tile (the
+    # rotary channels again, from L1) and sums its squares in one tree, as rms_norm does.
+    whole_pass_tile: bool = False
+    # Streaming hints on the fused kernel's row accesses ("evict_first" loads, ".cs"
+    # stores), so that the rows do not push the table and weights out of L2.
+    stream_hints: bool = False
 
 
 SETTINGS = Settings()

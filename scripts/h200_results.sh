@@ -7,20 +7,42 @@
 # The tree travels without .git: the archives take the commit from QKBENCH_GIT_COMMIT;
 # the gate runs need a repository, cloned from the bundle carried in .qkgit/ (main and the
 # throwaway `slowed` branch, whose one commit makes the fused kernel slower on purpose).
+#
+# Issue 11's runs: `tune` (the kernel bench with its plan variants, the GPU kernel tests,
+# then the eager and compiled baselines: one process per sweep, passes in process, so that
+# torch.compile compiles each shape once; prefill-sized cells with fewer, shorter samples)
+# and `kernels` (the fused routes over every shipped protocol, prefill also cold).
 set -u
-: "${QKBENCH_GIT_COMMIT:?the commit this tree is}" "${GOOD:?the commit to gate against}"
-: "${SLOW:?the throwaway slowed commit}"
+: "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
 export QKBENCH_GIT_DIRTY=0
 here=$(dirname "$0")
 sweep='qkbench sweep --device cuda'
-case ${1:?method or rest} in
+baselines='--route split --route eager --route compiled --isolation inprocess'
+large='--samples 30 --warmup 5 --inner-reps 8'
+case ${1:?method, rest, tune or kernels} in
+    tune) bash "$here/gpu_jobs.sh" \
+        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 150 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
+        'timeout 200 python -m pytest -q -x tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_hostcost.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
+        "$sweep --protocol prefill $baselines $large --out \$WORK/prefill-baselines.json.gz" \
+        "$sweep --protocol dit $baselines $large --out \$WORK/dit-baselines.json.gz" \
+        "$sweep --protocol qwen3-decode $baselines --samples 100 --out \$WORK/qwen3-decode-baselines.json.gz" \
+        "$sweep --protocol text-decode $baselines --samples 100 --out \$WORK/text-decode-baselines.json.gz" \
+        "$sweep --protocol qwen3vl-mrope $baselines --samples 100 --out \$WORK/qwen3vl-mrope-baselines.json.gz" ;;
+    kernels) bash "$here/gpu_jobs.sh" \
+        "$sweep --protocol prefill --route split --route fused --out \$WORK/prefill.json.gz" \
+        "$sweep --protocol prefill --route split --route fused --cache cold --samples 100 --out \$WORK/prefill-cold.json.gz" \
+        "$sweep --protocol dit --route split --route fused --out \$WORK/dit.json.gz" \
+        "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --out \$WORK/qwen3-decode.json.gz" \
+        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --samples 100 --out \$WORK/text-decode.json.gz" \
+        "$sweep --protocol qwen3vl-mrope --route split --route fused --route fused-pdl --samples 100 --out \$WORK/qwen3vl-mrope.json.gz" ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
         'qkbench calibrate --device cuda --protocol qwen3-decode --planted 32 --out $WORK' \
         'qkbench calibrate --device cuda --protocol text-decode --planted 32 --out $WORK' \
         "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol text-decode --route split --route fused --route fused-pdl --out \$WORK/text-decode.json.gz" ;;
-    rest) bash "$here/gpu_jobs.sh" \
+    rest) : "${GOOD:?the commit to gate against}" "${SLOW:?the throwaway slowed commit}"
+        bash "$here/gpu_jobs.sh" \
         'timeout 90 compute-sanitizer --tool memcheck python scripts/sanitize_case.py > $WORK/sanitize.txt 2>&1; tail -12 $WORK/sanitize.txt' \
         "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --out \$WORK/qwen3-decode.json.gz" \
         'git clone -q .qkgit/repo.bundle /tmp/repo && mkdir -p $WORK/gate-same && qkbench gate --device cuda --against HEAD --repo /tmp/repo --protocol qwen3-decode --samples 100 --out $WORK/gate-same --junit $WORK/gate-same/junit.xml --markdown $WORK/gate-same/summary.md' \

@@ -24,10 +24,10 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler import compile as triton_compile
 
-from qkbench.kernels.fused import qk_norm_rope_kernel
+from qkbench.kernels import plan
+from qkbench.kernels.fused import fused_plans, qk_norm_rope_kernel
 from qkbench.kernels.plan import next_pow2
-from qkbench.kernels.rms_norm import rms_norm_kernel
-from qkbench.kernels.rope import rope_kernel
+from qkbench.kernels.rms_norm import norm_plan, rms_norm_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -77,50 +77,60 @@ def counts(compiled) -> dict:
     }
 
 
-def fused_args(hq: int, hk: int, d: int, r: int, tile_q, tile_k, neox=True, offset=False):
-    return dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
+H200_SMS = 132
+
+
+def on_h200(device) -> int:
+    """``plan.min_programs`` as on an H200, so that the tiles are the ones it would pick."""
+    return max(1, int(plan.SETTINGS.min_programs_per_sm * H200_SMS))
+
+
+plan.min_programs = sys.modules["qkbench.kernels.rms_norm"].min_programs = on_h200
+
+
+def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
+               offset=False, whole=False, stream=False):
+    plan_q, plan_k = fused_plans(t, hq, hk, d, r, None)
+    args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
-                axis_ptr=None, T=100, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
+                axis_ptr=None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
                 stride_qt=hq * d, stride_qh=d, stride_kt=hk * d, stride_kh=d,
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
-                stride_cs=r, stride_pos_axis=100, stride_pos_t=1, q_programs=7,
-                q_head_blocks=3, k_head_blocks=3, D=d, DB=next_pow2(d), R2=r // 2,
-                NEOX=neox, OFFSET=offset, MROPE=False, PDL=False,
-                BTQ=tile_q[0], BHQ=tile_q[1], BTK=tile_k[0], BHK=tile_k[1])
+                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, q_programs=plan_q.programs,
+                q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
+                D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=False,
+                PDL=False, WHOLE=whole, STREAM=stream, BTQ=plan_q.block_t,
+                BHQ=plan_q.block_h, BTK=plan_k.block_t,
+                BHK=plan_k.block_h)
+    tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
+    warps = max(plan_q.num_warps, plan_k.num_warps)
+    return f"{label}: {tiles}, {warps} warps", qk_norm_rope_kernel, args, warps
 
 
-def norm_args(h: int, d: int, tile):
-    return dict(x_ptr="*bf16", y_ptr="*bf16", w_ptr="*bf16", T=100, H=h, eps=1e-6,
-                stride_xt=h * d, stride_xh=d, stride_yt=h * d, stride_yh=d, n_head_blocks=3,
-                D=d, DB=next_pow2(d), OFFSET=False, BT=tile[0], BH=tile[1])
+def norm_case(label: str, t: int, h: int, d: int):
+    p = norm_plan(t, h, d, None)
+    args = dict(x_ptr="*bf16", y_ptr="*bf16", w_ptr="*bf16", T=t, H=h, eps=1e-6,
+                stride_xt=h * d, stride_xh=d, stride_yt=h * d, stride_yh=d,
+                n_head_blocks=p.head_blocks, D=d, DB=next_pow2(d), OFFSET=False,
+                BT=p.block_t, BH=p.block_h)
+    return f"{label}: ({p.block_t},{p.block_h}), {p.num_warps} warps", rms_norm_kernel, \
+        args, p.num_warps
 
 
-def rope_args(hq: int, hk: int, d: int, r: int, tile_q, tile_k):
-    return dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
-                cs_ptr="*fp32", pos_ptr="*i64", axis_ptr=None, T=100, HQ=hq, HK=hk,
-                max_pos=4096, stride_qt=hq * d, stride_qh=d, stride_kt=hk * d, stride_kh=d,
-                stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
-                stride_cs=r, stride_pos_axis=100, stride_pos_t=1, q_programs=7,
-                q_head_blocks=3, k_head_blocks=3, D=d, W=r, R2=r // 2, NEOX=True,
-                MROPE=False, BTQ=tile_q[0], BHQ=tile_q[1], BTK=tile_k[0], BHK=tile_k[1])
-
-
-# (label, kernel, arguments, warps): the tiles the default plan picks on an H200.
+# (label, kernel, arguments, warps) at the tiles the default plan picks on an H200.
 CASES = [
-    ("fused (32,8)x128 T=1", qk_norm_rope_kernel,
-     fused_args(32, 8, 128, 128, (1, 2), (1, 2)), 1),
-    ("fused (32,8)x128 T=64", qk_norm_rope_kernel,
-     fused_args(32, 8, 128, 128, (1, 4), (1, 4)), 1),
-    ("fused (32,8)x128 T>=2048", qk_norm_rope_kernel,
-     fused_args(32, 8, 128, 128, (1, 32), (4, 8)), 4),
-    ("fused (32,8)x128 gptj T>=2048", qk_norm_rope_kernel,
-     fused_args(32, 8, 128, 128, (1, 32), (4, 8), neox=False), 4),
-    ("fused (16,2)x256/r64 T=1", qk_norm_rope_kernel,
-     fused_args(16, 2, 256, 64, (1, 1), (1, 1), offset=True), 1),
-    ("fused (16,2)x256/r64 T>=2048", qk_norm_rope_kernel,
-     fused_args(16, 2, 256, 64, (1, 16), (8, 2), offset=True), 4),
-    ("rms_norm 32x128 T>=2048", rms_norm_kernel, norm_args(32, 128, (1, 32)), 4),
-    ("rope (32,8)x128 T>=2048", rope_kernel, rope_args(32, 8, 128, 128, (1, 32), (4, 8)), 4),
+    fused_case("fused (32,8)x128 T=1", 1, 32, 8, 128, 128),
+    fused_case("fused (32,8)x128 T=64", 64, 32, 8, 128, 128),
+    fused_case("fused (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
+    fused_case("fused (32,8)x128 gptj T=8192", 8192, 32, 8, 128, 128, neox=False),
+    fused_case("fused (16,2)x128 T=8192", 8192, 16, 2, 128, 128),
+    fused_case("fused (16,2)x256/r64 T=1", 1, 16, 2, 256, 64, offset=True),
+    fused_case("fused (16,2)x256/r64 T=8192", 8192, 16, 2, 256, 64, offset=True),
+    fused_case("fused (24,4)x256/r64 T=8192", 8192, 24, 4, 256, 64, offset=True),
+    fused_case("fused (16,2)x256/r64 T=8192 whole", 8192, 16, 2, 256, 64, offset=True,
+               whole=True),
+    fused_case("fused (32,8)x128 T=8192 stream", 8192, 32, 8, 128, 128, stream=True),
+    norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
 ]
 
 
