@@ -40,11 +40,9 @@ def _fused_tile(
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    STREAM: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
-    EVICT: tl.constexpr = "evict_first" if STREAM else ""
-    CACHE: tl.constexpr = ".cs" if STREAM else ""
     dtype = o_ptr.dtype.element_ty
     t, h = tile_coords(pid, n_head_blocks, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
@@ -67,16 +65,14 @@ def _fused_tile(
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
-    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, EVICT)  # [BT, BH, R2] each
+    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
     if R < D:
         d = tl.arange(0, DB)[None, None, :]
         pass_mask = mask & (d >= R) & (d < D)
         if WHOLE:
-            xp = tl.load(x_row + d, mask=mask & (d < D), other=0.0,
-                         eviction_policy=EVICT).to(tl.float32)
+            xp = tl.load(x_row + d, mask=mask & (d < D), other=0.0).to(tl.float32)
         else:
-            xp = tl.load(x_row + d, mask=pass_mask, other=0.0,
-                         eviction_policy=EVICT).to(tl.float32)  # [BT, BH, DB]
+            xp = tl.load(x_row + d, mask=pass_mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     if WHOLE and R < D:
@@ -96,10 +92,9 @@ def _fused_tile(
     y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
     y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
     o1, o2 = rotate(y1, y2, c, s, valid)
-    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH, CACHE)
+    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
     if R < D:
-        tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask,
-                 cache_modifier=CACHE)
+        tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
 
 
 @triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
@@ -112,7 +107,6 @@ def qk_norm_rope_kernel(
     q_programs, q_head_blocks, k_head_blocks,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    STREAM: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -120,12 +114,12 @@ def qk_norm_rope_kernel(
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, pid, q_head_blocks,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, STREAM, BTQ, BHQ)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, pid - q_programs,
                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, STREAM, BTK, BHK)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -163,7 +157,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
-         pdl, plan.SETTINGS.whole_pass_tile, plan.SETTINGS.stream_hints,
+         pdl, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,

@@ -86,7 +86,7 @@ def pair_offsets(R2: tl.constexpr, NEOX: tl.constexpr):
 
 @triton.jit
 def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
-               BH: tl.constexpr, EVICT: tl.constexpr = ""):
+               BH: tl.constexpr):
     """The rotary pairs of each row as two ``[BT, BH, R2]`` tiles, each channel read once.
 
     neox loads the two contiguous halves; gptj loads the rotary span once and splits its
@@ -94,27 +94,26 @@ def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexp
     """
     if NEOX:
         i = tl.arange(0, R2)[None, None, :]
-        x1 = tl.load(base + i, mask=mask, other=0.0, eviction_policy=EVICT)
-        x2 = tl.load(base + R2 + i, mask=mask, other=0.0, eviction_policy=EVICT)
+        x1 = tl.load(base + i, mask=mask, other=0.0)
+        x2 = tl.load(base + R2 + i, mask=mask, other=0.0)
     else:
         j = tl.arange(0, 2 * R2)[None, None, :]
-        x = tl.load(base + j, mask=mask, other=0.0, eviction_policy=EVICT)
+        x = tl.load(base + j, mask=mask, other=0.0)
         x1, x2 = tl.split(tl.reshape(x, (BT, BH, R2, 2)))
     return x1, x2
 
 
 @triton.jit
 def store_pairs(base, mask, o1, o2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
-                BH: tl.constexpr, CACHE: tl.constexpr = ""):
+                BH: tl.constexpr):
     """Store two ``[BT, BH, R2]`` pair tiles where ``load_pairs`` read them."""
     if NEOX:
         i = tl.arange(0, R2)[None, None, :]
-        tl.store(base + i, o1, mask=mask, cache_modifier=CACHE)
-        tl.store(base + R2 + i, o2, mask=mask, cache_modifier=CACHE)
+        tl.store(base + i, o1, mask=mask)
+        tl.store(base + R2 + i, o2, mask=mask)
     else:
         j = tl.arange(0, 2 * R2)[None, None, :]
-        tl.store(base + j, tl.reshape(tl.join(o1, o2), (BT, BH, 2 * R2)), mask=mask,
-                 cache_modifier=CACHE)
+        tl.store(base + j, tl.reshape(tl.join(o1, o2), (BT, BH, 2 * R2)), mask=mask)
 
 
 @triton.jit

@@ -45,16 +45,14 @@ DECODE_VARIANTS = {
     "spread1": {"min_programs_per_sm": 1},
     "spread1/4": {"min_programs_per_sm": 0.25},
     "warp512": {"elems_per_warp": 512},
-    "whole": {"whole_pass_tile": True},
+    "rebuilt": {"whole_pass_tile": False},
 }
 LARGE_VARIANTS = {
     "elems2048": {"elems_per_program": 2048},
     "elems8192": {"elems_per_program": 8192},
     "warp512": {"elems_per_warp": 512},
     "warp2048": {"elems_per_warp": 2048},
-    "whole": {"whole_pass_tile": True},
-    "whole+elems8192": {"whole_pass_tile": True, "elems_per_program": 8192},
-    "stream": {"stream_hints": True},
+    "rebuilt": {"whole_pass_tile": False},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes

@@ -8,33 +8,30 @@
 # the gate runs need a repository, cloned from the bundle carried in .qkgit/ (main and the
 # throwaway `slowed` branch, whose one commit makes the fused kernel slower on purpose).
 #
-# Issue 11's runs: `tune` (the kernel bench with its plan variants, the GPU kernel tests,
-# then the eager and compiled baselines: one process per sweep, passes in process, so that
-# torch.compile compiles each shape once; prefill-sized cells with fewer, shorter samples)
-# and `kernels` (the fused routes over every shipped protocol, prefill also cold).
+# Issue 11's runs, each protocol in one sweep with every route (the fused ones, split's
+# null arm, and the eager and compiled baselines), passes in one process so that
+# torch.compile compiles each shape once; prefill-sized cells with fewer, shorter samples:
+# `tune` (the kernel bench with its plan variants first, then prefill hot and cold, DiT and
+# the two text decode protocols) and `finish` (MRoPE and the GPU kernel tests).
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
 export QKBENCH_GIT_DIRTY=0
 here=$(dirname "$0")
 sweep='qkbench sweep --device cuda'
-baselines='--route split --route eager --route compiled --isolation inprocess'
+every='--route split --route fused --route eager --route compiled --isolation inprocess'
+decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
-case ${1:?method, rest, tune or kernels} in
+case ${1:?method, rest, tune or finish} in
     tune) bash "$here/gpu_jobs.sh" \
-        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 150 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
-        'timeout 200 python -m pytest -q -x tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_hostcost.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
-        "$sweep --protocol prefill $baselines $large --out \$WORK/prefill-baselines.json.gz" \
-        "$sweep --protocol dit $baselines $large --out \$WORK/dit-baselines.json.gz" \
-        "$sweep --protocol qwen3-decode $baselines --samples 100 --out \$WORK/qwen3-decode-baselines.json.gz" \
-        "$sweep --protocol text-decode $baselines --samples 100 --out \$WORK/text-decode-baselines.json.gz" \
-        "$sweep --protocol qwen3vl-mrope $baselines --samples 100 --out \$WORK/qwen3vl-mrope-baselines.json.gz" ;;
-    kernels) bash "$here/gpu_jobs.sh" \
-        "$sweep --protocol prefill --route split --route fused --out \$WORK/prefill.json.gz" \
+        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
+        "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
+        "$sweep --protocol dit $every $large --out \$WORK/dit.json.gz" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 100 --out \$WORK/prefill-cold.json.gz" \
-        "$sweep --protocol dit --route split --route fused --out \$WORK/dit.json.gz" \
-        "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --out \$WORK/qwen3-decode.json.gz" \
-        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --samples 100 --out \$WORK/text-decode.json.gz" \
-        "$sweep --protocol qwen3vl-mrope --route split --route fused --route fused-pdl --samples 100 --out \$WORK/qwen3vl-mrope.json.gz" ;;
+        "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \
+        "$sweep --protocol text-decode $decode --out \$WORK/text-decode.json.gz" ;;
+    finish) bash "$here/gpu_jobs.sh" \
+        "$sweep --protocol qwen3vl-mrope $decode --out \$WORK/qwen3vl-mrope.json.gz" \
+        'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_hostcost.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
         'qkbench calibrate --device cuda --protocol qwen3-decode --planted 32 --out $WORK' \

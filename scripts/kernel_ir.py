@@ -28,6 +28,7 @@ from qkbench.kernels import plan
 from qkbench.kernels.fused import fused_plans, qk_norm_rope_kernel
 from qkbench.kernels.plan import next_pow2
 from qkbench.kernels.rms_norm import norm_plan, rms_norm_kernel
+from qkbench.kernels.rope import pass_width, rope_kernel, rope_plans
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -89,17 +90,17 @@ plan.min_programs = sys.modules["qkbench.kernels.rms_norm"].min_programs = on_h2
 
 
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
-               offset=False, whole=False, stream=False):
+               offset=False, whole=True, pdl=False, mrope=False):
     plan_q, plan_k = fused_plans(t, hq, hk, d, r, None)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
-                axis_ptr=None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
+                axis_ptr="*i32" if mrope else None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
                 stride_qt=hq * d, stride_qh=d, stride_kt=hk * d, stride_kh=d,
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
                 stride_cs=r, stride_pos_axis=t, stride_pos_t=1, q_programs=plan_q.programs,
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
-                D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=False,
-                PDL=False, WHOLE=whole, STREAM=stream, BTQ=plan_q.block_t,
+                D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
+                PDL=pdl, WHOLE=whole, BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
                 BHK=plan_k.block_h)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
@@ -117,6 +118,21 @@ def norm_case(label: str, t: int, h: int, d: int):
         args, p.num_warps
 
 
+def rope_case(label: str, t: int, hq: int, hk: int, d: int, r: int, inplace=True):
+    plan_q, plan_k = rope_plans(t, hq, hk, d, r, inplace, None)
+    args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
+                cs_ptr="*fp32", pos_ptr="*i64", axis_ptr=None, T=t, HQ=hq, HK=hk,
+                max_pos=4096, stride_qt=hq * d, stride_qh=d, stride_kt=hk * d, stride_kh=d,
+                stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
+                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, q_programs=plan_q.programs,
+                q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks, D=d,
+                PB=pass_width(d, r, inplace), R2=r // 2, NEOX=True, MROPE=False,
+                BTQ=plan_q.block_t, BHQ=plan_q.block_h, BTK=plan_k.block_t, BHK=plan_k.block_h)
+    tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
+    warps = max(plan_q.num_warps, plan_k.num_warps)
+    return f"{label}: {tiles}, {warps} warps", rope_kernel, args, warps
+
+
 # (label, kernel, arguments, warps) at the tiles the default plan picks on an H200.
 CASES = [
     fused_case("fused (32,8)x128 T=1", 1, 32, 8, 128, 128),
@@ -127,10 +143,13 @@ CASES = [
     fused_case("fused (16,2)x256/r64 T=1", 1, 16, 2, 256, 64, offset=True),
     fused_case("fused (16,2)x256/r64 T=8192", 8192, 16, 2, 256, 64, offset=True),
     fused_case("fused (24,4)x256/r64 T=8192", 8192, 24, 4, 256, 64, offset=True),
-    fused_case("fused (16,2)x256/r64 T=8192 whole", 8192, 16, 2, 256, 64, offset=True,
-               whole=True),
-    fused_case("fused (32,8)x128 T=8192 stream", 8192, 32, 8, 128, 128, stream=True),
+    fused_case("fused (16,2)x256/r64 T=8192 tree rebuilt", 8192, 16, 2, 256, 64,
+               offset=True, whole=False),
+    fused_case("fused (32,8)x128 T=8 pdl", 8, 32, 8, 128, 128, pdl=True),
+    fused_case("fused (32,8)x128 T=8 mrope", 8, 32, 8, 128, 128, mrope=True),
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
+    rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
+    rope_case("rope (16,2)x256/r64 T=8192 out of place", 8192, 16, 2, 256, 64, inplace=False),
 ]
 
 

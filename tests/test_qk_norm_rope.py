@@ -125,8 +125,7 @@ TILE_SETTINGS = {
     "large-tiles": {"elems_per_program": 16384},
     "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
     "few-programs": {"min_programs_per_sm": 0.25},
-    "whole-pass-tile": {"whole_pass_tile": True},
-    "stream-hints": {"stream_hints": True, "elems_per_program": 1024},
+    "rebuilt-tree": {"whole_pass_tile": False},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
