@@ -35,6 +35,11 @@ class Settings:
     # rotary and pass-through tiles (fewer layout conversions: 10 barriers instead of 14 at
     # D = 256 / rotary 64, scripts/kernel_ir.py). False rebuilds it (version 3).
     whole_pass_tile: bool = True
+    # A cap on the fused kernel's registers per thread (Triton's ``maxnreg``), 0 for the
+    # compiler's choice. At the (1,32)/(4,8) tiles of (32,8) x 128 the compiler takes 72,
+    # which fits 7 four-warp programs on an SM instead of the 8 that 64 allows (version 1
+    # took 64); 64 compiles without spills there (scripts/kernel_ir.py). Not yet measured.
+    max_registers: int = 0
 
 
 SETTINGS = Settings()

@@ -93,9 +93,14 @@ def plain_qk_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out
                        lane_axes, *, eps: float = 1e-6, rotary_dim: int | None = None,
                        style: str = "neox", weight_mode: str = "plain") -> None:
     """The operation as a user would write it in torch: ``F.rms_norm`` over each head row
-    (in fp32, rounded to the storage dtype), then RoPE in fp32 with the cos/sin rows
-    gathered by position, written into ``q_out, k_out`` (which may be ``q, k``).
-    ``lane_axes``: None, or for MRoPE the position axis of each rotary lane."""
+    (in fp32, rounded to the storage dtype), then a rotate-half RoPE in fp32 with the
+    cos/sin rows gathered by position, written into ``q_out, k_out`` (which may be
+    ``q, k``). ``lane_axes``: None, or for MRoPE the position axis of each rotary lane.
+
+    Written so that ``torch.compile`` can produce each output in one pass: every rotary
+    channel is ``x * cos + turned(x) * sin`` over the whole span, and the rotated and
+    pass-through channels are written into their slices of the output, not concatenated
+    into an intermediate first (which compiled to separate fp32 buffers and copy passes)."""
     D = q.shape[-1]
     rotary = rotary_dim or D
     half = rotary // 2
@@ -109,19 +114,23 @@ def plain_qk_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out
         rows = torch.cat((per_axis[lane_axes, :, lanes].T,
                           per_axis[lane_axes, :, half + lanes].T), -1)
     lead = q.shape[:-2]
-    cos = rows[:, :half].reshape(*lead, 1, half)
-    sin = rows[:, half:].reshape(*lead, 1, half)
+    cos, sin = rows[:, :half], rows[:, half:]
+    if style == "neox":  # each channel's own angle: the halves' angles repeated
+        cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+    cos, sin = cos.reshape(*lead, 1, -1), sin.reshape(*lead, 1, -1)
     for x, weight, out in ((q, q_weight, q_out), (k, k_weight, k_out)):
         w = weight.float() + 1 if weight_mode == "offset" else weight.float()
         normed = F.rms_norm(x.float(), (D,), w, eps).to(x.dtype).float()
-        rot, rest = normed[..., :rotary], normed[..., rotary:]
+        rot = normed[..., :rotary]
         if style == "neox":
-            x1, x2 = rot[..., :half], rot[..., half:]
+            turned = torch.cat((-rot[..., half:], rot[..., :half]), -1)
+            out[..., :rotary].copy_(rot * cos + turned * sin)
         else:
             x1, x2 = rot[..., 0::2], rot[..., 1::2]
-        o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-        rot = torch.cat((o1, o2), -1) if style == "neox" else torch.stack((o1, o2), -1).flatten(-2)
-        out.copy_(torch.cat((rot, rest), -1))
+            out[..., :rotary].copy_(torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin),
+                                                -1).flatten(-2))
+        if rotary < D:
+            out[..., rotary:].copy_(normed[..., rotary:])
 
 
 # torch.compile specialises per shape (dynamic=False, as a decode graph would); a sweep

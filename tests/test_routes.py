@@ -77,10 +77,23 @@ def test_a_route_off_the_oracle_is_described_in_a_sentence_with_the_bound(device
                         r"row's scale off the FP64 oracle \(bound 1\.6e-02\)", sentence), sentence
 
 
-def test_compiled_is_torch_compile_of_the_plain_op_checked_against_the_oracle_only(device):
-    # gptj, partial rotary, an fp16 activation table: what the plain implementation handles.
-    geometry = replace(PLAIN, name="gptj", style="gptj", rotary_dim=32, inplace=True)
-    inputs = make_inputs(Case(geometry, 5, dtype="float16", table_dtype="activation",
+# What the plain implementation handles: both styles, full and partial rotary, in place and
+# out of place, the offset weight, an fp16 activation table, MRoPE.
+PLAIN_CASES = {
+    "gptj-partial-fp16": (replace(PLAIN, name="gptj", style="gptj", rotary_dim=32,
+                                  inplace=True), "float16"),
+    "neox-full-inplace": (replace(PLAIN, name="full", rotary_dim=None, weight_mode="plain",
+                                  inplace=True), "bfloat16"),
+    "neox-partial-offset": (replace(PLAIN, name="text", rotary_dim=16, weight_mode="offset",
+                                    inplace=False), "bfloat16"),
+    "mrope-interleaved": (MROPE, "bfloat16"),
+}
+
+
+@pytest.mark.parametrize(("geometry", "dtype"), PLAIN_CASES.values(), ids=PLAIN_CASES.keys())
+def test_compiled_is_torch_compile_of_the_plain_op_checked_against_the_oracle_only(
+        geometry, dtype, device):
+    inputs = make_inputs(Case(geometry, 5, dtype=dtype, table_dtype="activation",
                               max_position=64), 1, device)
     compiled = resolve("compiled")
     assert compiled.exact_group is None and compiled.traffic is None

@@ -1,0 +1,82 @@
+"""Render the README's performance tables from run archives: one table per archive, one row
+per cell, every route of the run side by side.
+
+    python scripts/perf_tables.py results/h200/2026-12-03-issue11/*.json.gz
+
+Each route's column is its time per call in us; the fused route's also its share of the
+copy bandwidth and its resolved delta against the baseline with the run's width (the worst
+kept |null|). A cell whose comparison has no verdict shows the verdict instead of a time
+(the report never prints times it could not resolve).
+"""
+
+import sys
+from pathlib import Path
+
+from qkbench import archive, summary
+
+
+def _us(case: dict) -> str:
+    e = case["effect"]
+    if e["verdict"] not in ("faster", "slower"):
+        return e["verdict"]
+    return f"{case['time_us']['candidate']:.2f}"
+
+
+def _delta(case: dict) -> str:
+    e = case["effect"]
+    if e["verdict"] not in ("faster", "slower"):
+        return "-"
+    return f"{e['estimate'] * 100:+.1f} % (±{e['width'] * 100:.2f})"
+
+
+def _share(case: dict) -> str:
+    share = case.get("bandwidth", {}).get("candidate", {}).get("share_of_copy")
+    if share is None or case["effect"]["verdict"] not in ("faster", "slower"):
+        return "-"
+    return f"{share * 100:.1f} %"
+
+
+def table(path: Path) -> str:
+    run = archive.read(path)
+    result = summary.current(run)
+    timing = run["protocol"]["resolved"]["timing"]
+    settings = run["settings"]
+    limits = result["limits"]
+    comps = {c["candidate"]: {k["key"]: k for k in c["cases"]} for c in result["comparisons"]}
+    base = settings["baseline"]
+    first = next(iter(comps.values()))
+    lines = [
+        f"**{run['protocol']['resolved']['name']}** (`{path}`): commit "
+        f"{run['environment']['code']['commit'][:7]}, {timing['cache']} cache, "
+        f"isolation {settings['isolation']}, {settings['passes']} passes of "
+        f"{timing['samples']} samples x {timing['inner_reps']} launches; copy "
+        f"{limits['copy_gbps']:.0f} GB/s, launch floor "
+        f"{limits['launch_floor_us']['one_program']:.2f} us",
+        "",
+    ]
+    head = ["geometry", "T", f"{base} us"]
+    for name in comps:
+        head.append(f"{name} us")
+        if name.startswith("fused"):
+            head += [f"{name} % of copy", f"{name} vs {base}"]
+    lines += ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for key, case in first.items():
+        baseline = next((c[key]["time_us"]["baseline"] for c in comps.values()
+                         if c[key]["effect"]["verdict"] in ("faster", "slower")), None)
+        row = [case["geometry"], str(case["tokens"]),
+               "-" if baseline is None else f"{baseline:.2f}"]
+        for name, cases in comps.items():
+            row.append(_us(cases[key]))
+            if name.startswith("fused"):
+                row += [_share(cases[key]), _delta(cases[key])]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(paths: list[str]) -> int:
+    print("\n\n".join(table(Path(p)) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
