@@ -1,9 +1,12 @@
 """The fused route: RMSNorm of every q and k head row, then RoPE, in one launch.
 
-Each row is read once and written once. The rotary pairs and the pass-through channels
-are loaded as separate tiles; the norm's sum of squares is rebuilt from them in the same
-pairwise order ``rms_norm`` uses over the whole row, so the result is bit-identical to the
-split route (``split.qk_norm_rope_split``).
+Each row is read once from memory and written once. The rotary pairs are loaded as tiles
+of their own. The norm's sum of squares runs the pairwise tree ``rms_norm`` runs over the
+whole row: with full rotary it is rebuilt from the pair tiles; with partial rotary the row
+is also loaded whole (its rotary span a second time, from L1) and summed in that very
+tree (``plan.Settings.whole_pass_tile``; off, the tree is rebuilt from the pair tiles and a
+pass-through tile). So the result is bit-identical to the split route
+(``split.qk_norm_rope_split``).
 """
 
 from collections.abc import Sequence
@@ -57,22 +60,18 @@ def _fused_tile(
     w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
     if R < D:
         dp = tl.arange(0, DB)
-        if WHOLE:
-            wp = norm_weight(w_ptr, dp, dp < D, OFFSET)
-        else:
-            wp = norm_weight(w_ptr, dp, (dp >= R) & (dp < D), OFFSET)
+        wp = norm_weight(w_ptr, dp, (dp < D) if WHOLE else ((dp >= R) & (dp < D)), OFFSET)
     if PDL:
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
     x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
     if R < D:
+        # [BT, BH, DB]: the whole row, or only its pass-through channels (zero elsewhere).
         d = tl.arange(0, DB)[None, None, :]
         pass_mask = mask & (d >= R) & (d < D)
-        if WHOLE:
-            xp = tl.load(x_row + d, mask=mask & (d < D), other=0.0).to(tl.float32)
-        else:
-            xp = tl.load(x_row + d, mask=pass_mask, other=0.0).to(tl.float32)  # [BT, BH, DB]
+        load_mask = (mask & (d < D)) if WHOLE else pass_mask
+        xp = tl.load(x_row + d, mask=load_mask, other=0.0).to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     if WHOLE and R < D:
