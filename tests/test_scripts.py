@@ -5,6 +5,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from qkbench.kernels import qk_norm_rope
@@ -69,3 +70,42 @@ def test_sanitize_case_sees_a_route_without_nan():
 
     problem = sanitize.positions_case(finite, torch.device("cpu"), graph=False)
     assert problem is not None and "differs from the split route" in problem
+
+
+@interpreter_only
+def test_perf_tables_render_each_route_beside_the_baseline_with_its_resolved_delta(tmp_path):
+    from qkbench import runner
+    from qkbench.protocol import parse
+
+    from synthetic import BASE_SECONDS, SyntheticBackend, tiny_protocol
+
+    backend = SyntheticBackend(effect=-0.3)
+    out = tmp_path / "run.json"
+    runner.sweep(parse(tiny_protocol("tables")), torch.device("cpu"), out, backend=backend,
+                 events=backend.events())
+    lines = script("perf_tables").table(out).splitlines()
+    assert lines[0].startswith(f"**tables** (`{out}`)")
+    assert lines[2] == ("| geometry | T | split us | fused us | fused % of copy "
+                        "| fused vs split |")
+    rows = [line.strip("| ").split(" | ") for line in lines[4:]]
+    assert [row[1] for row in rows] == ["1", "3"]  # one row per cell, in protocol order
+    for row in rows:
+        assert float(row[2]) == pytest.approx(BASE_SECONDS * 1e6, rel=0.01)
+        assert float(row[3]) == pytest.approx(0.7 * BASE_SECONDS * 1e6, rel=0.01)
+        assert row[5].startswith("-30.")  # the planted -30 %, with the run's width
+
+
+@interpreter_only
+def test_perf_tables_show_the_verdict_where_a_cell_did_not_resolve(tmp_path):
+    from qkbench import runner
+    from qkbench.protocol import parse
+
+    from synthetic import SyntheticBackend, tiny_protocol
+
+    backend = SyntheticBackend(first_bias=0.05)  # identical routes, biased first slot
+    out = tmp_path / "run.json"
+    runner.sweep(parse(tiny_protocol("tables")), torch.device("cpu"), out, backend=backend,
+                 events=backend.events())
+    rows = [line.strip("| ").split(" | ")
+            for line in script("perf_tables").table(out).splitlines()[4:]]
+    assert all(row[3] in ("unstable", "unresolved") and row[5] == "-" for row in rows)
