@@ -44,6 +44,8 @@ DECODE_VARIANTS = {
     "rows1": {"min_bytes_per_thread": 0},  # one row per program where the chip asks for it
     "spread1": {"min_programs_per_sm": 1},
     "spread1/4": {"min_programs_per_sm": 0.25},
+    # Two rows per one-warp program at T = 64 (32,8), as (16,2) gets by default there.
+    "spread8": {"min_programs_per_sm": 8},
     "warp512": {"elems_per_warp": 512},
     "rebuilt": {"whole_pass_tile": False},
 }
