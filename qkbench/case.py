@@ -79,15 +79,17 @@ class Inputs:
     cos_sin_cache: torch.Tensor
     options: dict = field(default_factory=dict)  # eps, rotary_dim, style, ... (not inplace)
 
-    def call(self, op: Callable, **overrides) -> tuple[torch.Tensor, torch.Tensor]:
-        """Call ``op`` (any route with the op's signature) on these inputs.
-
-        ``overrides`` replaces any input or option by name.
-        """
-        args = {"q": self.q, "k": self.k, "q_weight": self.q_weight, "k_weight": self.k_weight,
+    def arguments(self, **overrides) -> dict:
+        """The op's keyword arguments for these inputs; ``overrides`` replaces any input or
+        option by name."""
+        return {"q": self.q, "k": self.k, "q_weight": self.q_weight, "k_weight": self.k_weight,
                 "positions": self.positions, "cos_sin_cache": self.cos_sin_cache,
                 **self.options, **overrides}
-        return op(**args)
+
+    def call(self, op: Callable, **overrides) -> tuple[torch.Tensor, torch.Tensor]:
+        """Call ``op`` (any route with the op's signature) on these inputs, ``overrides``
+        as ``arguments`` takes them."""
+        return op(**self.arguments(**overrides))
 
     def with_qk(self, q: torch.Tensor, k: torch.Tensor) -> "Inputs":
         return replace(self, q=q, k=k)

@@ -47,10 +47,7 @@ def measure(device: torch.device, calls: int, tokens: int = 1,
 
     def op(route, **options):
         # The arguments are built once, as a caller holding its tensors passes them.
-        args = {"q": inputs.q, "k": inputs.k, "q_weight": inputs.q_weight,
-                "k_weight": inputs.k_weight, "positions": inputs.positions,
-                "cos_sin_cache": inputs.cos_sin_cache, **inputs.options,
-                "inplace": geometry.inplace, **outs, **options}
+        args = inputs.arguments(inplace=geometry.inplace, **outs, **options)
         return lambda: route(**args)
 
     fused = op(qk_norm_rope)

@@ -12,9 +12,9 @@
 # null arm, and the eager and compiled baselines), passes in one process so that
 # torch.compile compiles each shape once; prefill-sized cells with fewer, shorter samples:
 # `tune` (the kernel bench with its plan variants first, then prefill hot and cold, DiT and
-# the two text decode protocols) and `finish` (MRoPE and the GPU kernel tests). `next`: what
-# the following session measures first (the bench with the register cap and the decode
-# spread variants, MRoPE with every route, the rewritten compiled route, the GPU tests).
+# the two text decode protocols); `next`: what the following session measures first (the
+# bench with the register cap and the decode spread variants, MRoPE with every route, the
+# rewritten compiled route, the GPU tests).
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
 export QKBENCH_GIT_DIRTY=0
@@ -23,7 +23,7 @@ sweep='qkbench sweep --device cuda'
 every='--route split --route fused --route eager --route compiled --isolation inprocess'
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
-case ${1:?method, rest, tune, finish or next} in
+case ${1:?method, rest, tune or next} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
@@ -36,9 +36,6 @@ case ${1:?method, rest, tune, finish or next} in
         "$sweep --protocol qwen3vl-mrope $decode --out \$WORK/qwen3vl-mrope.json.gz" \
         "$sweep --protocol prefill --route split --route compiled --isolation inprocess $large --out \$WORK/prefill-compiled.json.gz" \
         'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' ;;
-    finish) bash "$here/gpu_jobs.sh" \
-        "$sweep --protocol qwen3vl-mrope $decode --out \$WORK/qwen3vl-mrope.json.gz" \
-        'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_hostcost.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
         'qkbench calibrate --device cuda --protocol qwen3-decode --planted 32 --out $WORK' \

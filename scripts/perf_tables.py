@@ -15,25 +15,22 @@ from pathlib import Path
 from qkbench import archive, summary
 
 
+def _resolved(case: dict) -> bool:
+    return case["effect"]["verdict"] in ("faster", "slower")
+
+
 def _us(case: dict) -> str:
-    e = case["effect"]
-    if e["verdict"] not in ("faster", "slower"):
-        return e["verdict"]
-    return f"{case['time_us']['candidate']:.2f}"
+    return f"{case['time_us']['candidate']:.2f}" if _resolved(case) else case["effect"]["verdict"]
 
 
 def _delta(case: dict) -> str:
     e = case["effect"]
-    if e["verdict"] not in ("faster", "slower"):
-        return "-"
-    return f"{e['estimate'] * 100:+.1f} % (±{e['width'] * 100:.2f})"
+    return f"{e['estimate'] * 100:+.1f} % (±{e['width'] * 100:.2f})" if _resolved(case) else "-"
 
 
 def _share(case: dict) -> str:
     share = case.get("bandwidth", {}).get("candidate", {}).get("share_of_copy")
-    if share is None or case["effect"]["verdict"] not in ("faster", "slower"):
-        return "-"
-    return f"{share * 100:.1f} %"
+    return "-" if share is None or not _resolved(case) else f"{share * 100:.1f} %"
 
 
 def table(path: Path) -> str:
@@ -62,7 +59,7 @@ def table(path: Path) -> str:
     lines += ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for key, case in first.items():
         baseline = next((c[key]["time_us"]["baseline"] for c in comps.values()
-                         if c[key]["effect"]["verdict"] in ("faster", "slower")), None)
+                         if _resolved(c[key])), None)
         row = [case["geometry"], str(case["tokens"]),
                "-" if baseline is None else f"{baseline:.2f}"]
         for name, cases in comps.items():

@@ -25,7 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from qkbench import runner
 from qkbench.backends import Backend, Timed
+from qkbench.protocol import parse
 from qkbench.runner import Events
 
 BASE_SECONDS = 1e-5
@@ -47,6 +49,15 @@ def tiny_protocol(name: str = "tiny", tokens: Sequence[int] = (1, 3), *, geometr
              "[[geometry]]", 'name = "tiny"', "heads_q = 2", "heads_k = 1", "head_dim = 64",
              geometry, tables]
     return "\n".join(lines) + "\n"
+
+
+def synthetic_sweep(text: str, path, backend: "SyntheticBackend | None" = None,
+                    **clock) -> dict:
+    """Sweep the protocol ``text`` in process on this clock (``backend``, or a new one with
+    ``clock``), archived at ``path``; returns the archive."""
+    backend = backend or SyntheticBackend(**clock)
+    return runner.sweep(parse(text), torch.device("cpu"), path, backend=backend,
+                        events=backend.events())
 
 
 class SyntheticBackend(Backend):

@@ -8,14 +8,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from qkbench import crossover, runner
+from qkbench import crossover
 from qkbench.case import Case, make_inputs
 from qkbench.cli import app
 from qkbench.errors import QkbenchError
 from qkbench.protocol import parse
 
 from conftest import interpreter_only
-from synthetic import SyntheticBackend
+from synthetic import synthetic_sweep
 
 # Two geometries whose fused route stops winning at different widths: "early" is faster
 # at T = 1 only, "late" through T = 2; "always" never stops (a censored bound).
@@ -63,10 +63,8 @@ H200 = Path(__file__).parent.parent / "results" / "h200"
 def crossing(tmp_path_factory) -> tuple[Path, dict]:
     """A synthetic run in process (the real manager, worker, verification and summary; a
     model clock with a per-case effect): its archive path and the archive."""
-    backend = SyntheticBackend(case_effects=EFFECTS)
     path = tmp_path_factory.mktemp("crossing") / "crossing.json"
-    archive = runner.sweep(parse(PROTOCOL), torch.device("cpu"), path, backend=backend,
-                           events=backend.events())
+    archive = synthetic_sweep(PROTOCOL, path, case_effects=EFFECTS)
     return path, archive
 
 

@@ -11,18 +11,15 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from qkbench import gate as rules
-from qkbench import runner
 from qkbench.cli import app
 from qkbench.errors import GateError
-from qkbench.protocol import parse
 
 from conftest import interpreter_only
 from helpers import assert_usage_error
-from synthetic import BASE_SECONDS, SyntheticBackend, tiny_protocol
+from synthetic import BASE_SECONDS, synthetic_sweep, tiny_protocol
 
 BAND = '[[band]]\nname = "decode"\ntokens_max = 1'
 PROTOCOL = tiny_protocol("gate", samples=20, tables=BAND)
@@ -61,10 +58,8 @@ def archive(tmp_path_factory):
     def make(name: str) -> str:
         if name not in done:
             text, clock = RUNS[name]
-            backend = SyntheticBackend(**clock)
             path = folder / f"{name}.json.gz"
-            runner.sweep(parse(text), torch.device("cpu"), path, backend=backend,
-                         events=backend.events())
+            synthetic_sweep(text, path, **clock)
             done[name] = str(path)
         return done[name]
 

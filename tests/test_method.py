@@ -11,12 +11,10 @@ from statistics import median
 import pytest
 import torch
 
-from qkbench import runner
-from qkbench.protocol import parse
 from qkbench.schedule import ARMS
 
 from conftest import interpreter_only
-from synthetic import SyntheticBackend, tiny_protocol
+from synthetic import SyntheticBackend, synthetic_sweep, tiny_protocol
 
 pytestmark = interpreter_only
 
@@ -38,11 +36,8 @@ def measure(tmp_path_factory):
         timing = timing or {}
         key = (schedule, repr(sorted(timing.items())), repr(sorted(clock.items())))
         if key not in done:
-            backend = SyntheticBackend(**clock)
             out = tmp_path_factory.mktemp("method") / "run.json"
-            text = protocol(schedule, **timing)
-            done[key] = runner.sweep(parse(text), torch.device("cpu"), out, backend=backend,
-                                     events=backend.events())
+            done[key] = synthetic_sweep(protocol(schedule, **timing), out, **clock)
         return done[key]
 
     return sweep
@@ -280,8 +275,7 @@ def _case_results(cache: str, l2_bytes: int | None, tmp_path) -> list[dict]:
     text = protocol(cache=cache)
     backend = SyntheticBackend()
     backend.l2_bytes = l2_bytes
-    run = runner.sweep(parse(text), torch.device("cpu"), tmp_path / "run.json",
-                       backend=backend, events=backend.events())
+    run = synthetic_sweep(text, tmp_path / "run.json", backend)
     return [c for p in run["passes"] for c in p["cases"]]
 
 
@@ -326,9 +320,7 @@ OUT_OF_PLACE = tiny_protocol("method", geometry="inplace = false")
 
 
 def test_each_out_of_place_buffer_records_its_offset_and_moves_between_passes(tmp_path):
-    backend = SyntheticBackend()
-    run = runner.sweep(parse(OUT_OF_PLACE), torch.device("cpu"), tmp_path / "run.json",
-                       backend=backend, events=backend.events())
+    run = synthetic_sweep(OUT_OF_PLACE, tmp_path / "run.json")
     offsets = [pl["offsets_mod_2mib"] for _, pl in _placements(run)]
     # q_out and k_out of one input set, per arm.
     assert all(len(o[label]) == 2 for o in offsets for label in ARMS)
@@ -351,10 +343,8 @@ def test_a_bound_never_crosses_an_unstable_cell(tmp_path):
     # pass 2 (order B A A') and in both its replacements (passes 6 and 7, where it is the
     # only case), so that cell is unstable and ends the run.
     text = tiny_protocol("method", (1, 3, 5))
-    backend = SyntheticBackend(effect=-0.5, null_bias={(2, 1): 0.05, (6, 0): 0.05,
-                                                       (7, 0): 0.05})
-    run = runner.sweep(parse(text), torch.device("cpu"), tmp_path / "run.json",
-                       backend=backend, events=backend.events())
+    run = synthetic_sweep(text, tmp_path / "run.json", effect=-0.5,
+                          null_bias={(2, 1): 0.05, (6, 0): 0.05, (7, 0): 0.05})
     comp = comparison(run)
     assert [c["effect"]["verdict"] for c in comp["cases"]] == ["faster", "unstable", "faster"]
     assert comp["dispatch_bound"] == {"bound": 1, "censored": False}

@@ -24,15 +24,19 @@ def test_every_builtin_route_passes_verification(geometry, device):
     assert report["fused"]["exact_with"] == "split"
 
 
-def test_a_wrong_route_fails_verification(device):
-    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
-
-    def off_by_a_little(q, k, *args, **options):
+def eager_scaled(factor: float):
+    """The eager route with its q output scaled by ``factor``: a route off the oracle."""
+    def op(q, k, *args, **options):
         q_out, k_out = resolve("eager").op(q, k, *args, **options)
-        q_out.mul_(1.01)
+        q_out.mul_(factor)
         return q_out, k_out
 
-    report = verify([resolve("split"), Route("wrong", off_by_a_little)], inputs, False)
+    return op
+
+
+def test_a_wrong_route_fails_verification(device):
+    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
+    report = verify([resolve("split"), Route("wrong", eager_scaled(1.01))], inputs, False)
     assert report["split"]["ok"] and not report["wrong"]["ok"]
 
 
@@ -65,13 +69,7 @@ def test_a_route_off_the_oracle_is_described_in_a_sentence_with_the_bound(device
     from qkbench.report import route_problem
 
     inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
-
-    def off_by_a_little(q, k, *args, **options):
-        q_out, k_out = resolve("eager").op(q, k, *args, **options)
-        q_out.mul_(1.05)
-        return q_out, k_out
-
-    report = verify([Route("wrong", off_by_a_little)], inputs, False)
+    report = verify([Route("wrong", eager_scaled(1.05))], inputs, False)
     sentence = route_problem("wrong", "plain/T3", report["wrong"])
     assert re.fullmatch(r"route wrong is wrong on plain/T3: its q output is up to \S+ of a "
                         r"row's scale off the FP64 oracle \(bound 1\.6e-02\)", sentence), sentence

@@ -74,15 +74,10 @@ def test_sanitize_case_sees_a_route_without_nan():
 
 @interpreter_only
 def test_perf_tables_render_each_route_beside_the_baseline_with_its_resolved_delta(tmp_path):
-    from qkbench import runner
-    from qkbench.protocol import parse
+    from synthetic import BASE_SECONDS, synthetic_sweep, tiny_protocol
 
-    from synthetic import BASE_SECONDS, SyntheticBackend, tiny_protocol
-
-    backend = SyntheticBackend(effect=-0.3)
     out = tmp_path / "run.json"
-    runner.sweep(parse(tiny_protocol("tables")), torch.device("cpu"), out, backend=backend,
-                 events=backend.events())
+    synthetic_sweep(tiny_protocol("tables"), out, effect=-0.3)
     lines = script("perf_tables").table(out).splitlines()
     assert lines[0].startswith(f"**tables** (`{out}`)")
     assert lines[2] == ("| geometry | T | split us | fused us | fused % of copy "
@@ -97,15 +92,10 @@ def test_perf_tables_render_each_route_beside_the_baseline_with_its_resolved_del
 
 @interpreter_only
 def test_perf_tables_show_the_verdict_where_a_cell_did_not_resolve(tmp_path):
-    from qkbench import runner
-    from qkbench.protocol import parse
+    from synthetic import synthetic_sweep, tiny_protocol
 
-    from synthetic import SyntheticBackend, tiny_protocol
-
-    backend = SyntheticBackend(first_bias=0.05)  # identical routes, biased first slot
     out = tmp_path / "run.json"
-    runner.sweep(parse(tiny_protocol("tables")), torch.device("cpu"), out, backend=backend,
-                 events=backend.events())
+    synthetic_sweep(tiny_protocol("tables"), out, first_bias=0.05)  # identical, biased slot
     rows = [line.strip("| ").split(" | ")
             for line in script("perf_tables").table(out).splitlines()[4:]]
     assert all(row[3] in ("unstable", "unresolved") and row[5] == "-" for row in rows)
