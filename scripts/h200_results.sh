@@ -33,9 +33,9 @@ case ${1:?method, rest, tune or next} in
         "$sweep --protocol text-decode $decode --out \$WORK/text-decode.json.gz" ;;
     next) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 120 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
-        "$sweep --protocol qwen3vl-mrope $decode --out \$WORK/qwen3vl-mrope.json.gz" \
+        'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
         "$sweep --protocol prefill --route split --route compiled --isolation inprocess $large --out \$WORK/prefill-compiled.json.gz" \
-        'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' ;;
+        "$sweep --protocol qwen3vl-mrope $decode --out \$WORK/qwen3vl-mrope.json.gz" ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
         'qkbench calibrate --device cuda --protocol qwen3-decode --planted 32 --out $WORK' \
