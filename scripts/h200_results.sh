@@ -12,9 +12,10 @@
 # null arm, and the eager and compiled baselines), passes in one process so that
 # torch.compile compiles each shape once; prefill-sized cells with fewer, shorter samples:
 # `tune` (the kernel bench with its plan variants first, then prefill hot and cold, DiT and
-# the two text decode protocols); `next`: what the following session measures first (the
-# bench with the register cap and the decode spread variants, MRoPE with every route, the
-# rewritten compiled route, the GPU tests).
+# the two text decode protocols); after the table loads went into the row tiles' shape
+# (version 3.2), `next` (the GPU tests, the sanitizer cases, the bench, prefill hot and
+# DiT) then `decode` (prefill cold and the decode protocols, MRoPE included); a sweep cut
+# by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
 export QKBENCH_GIT_DIRTY=0
@@ -23,7 +24,7 @@ sweep='qkbench sweep --device cuda'
 every='--route split --route fused --route eager --route compiled --isolation inprocess'
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
-case ${1:?method, rest, tune or next} in
+case ${1:?method, rest, tune, next or decode} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
@@ -32,9 +33,15 @@ case ${1:?method, rest, tune or next} in
         "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol text-decode $decode --out \$WORK/text-decode.json.gz" ;;
     next) bash "$here/gpu_jobs.sh" \
-        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 120 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
-        "$sweep --protocol prefill --route split --route compiled --isolation inprocess $large --out \$WORK/prefill-compiled.json.gz" \
+        'timeout 90 compute-sanitizer --tool memcheck python scripts/sanitize_case.py > $WORK/sanitize.txt 2>&1; tail -12 $WORK/sanitize.txt' \
+        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 90 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' \
+        "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
+        "$sweep --protocol dit $every $large --out \$WORK/dit.json.gz" ;;
+    decode) bash "$here/gpu_jobs.sh" \
+        "$sweep --protocol prefill --route split --route fused --cache cold --samples 100 --out \$WORK/prefill-cold.json.gz" \
+        "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \
+        "$sweep --protocol text-decode $decode --out \$WORK/text-decode.json.gz" \
         "$sweep --protocol qwen3vl-mrope $decode --out \$WORK/qwen3vl-mrope.json.gz" ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
