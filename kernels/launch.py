@@ -12,6 +12,12 @@ Triton's argument binding and cache-key work (``DIRECT``). That is safe because 
 argument Triton specialises on is fixed by the key (shapes, strides, dtypes, the
 constants) except the tensors' 16-byte alignment, which is checked per call: a launch
 whose tensors are not all 16-byte aligned goes through Triton's own dispatch.
+
+The handle is given the tensors' addresses, read once for the alignment check, and the
+current stream: given a tensor, Triton's launcher would call its ``data_ptr`` and ask the
+driver whether the address is a device pointer, for every pointer of every launch, and
+look the device and stream up again. The validation behind the key has already checked
+that every tensor lives on the device the call runs on.
 """
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -94,13 +100,14 @@ class KernelLaunch:
             _recorders[-1].append((self, ptrs))
         device = -1
         if DIRECT and ptrs[0].is_cuda:
-            addresses = 0
-            for p in ptrs:
-                addresses |= p.data_ptr()
-            device = -1 if addresses & 15 else torch.cuda.current_device()
+            addresses = [p.data_ptr() for p in ptrs]
+            bits = 0
+            for address in addresses:
+                bits |= address
+            device = -1 if bits & 15 else torch.cuda.current_device()
             runner = self.runners.get(device)
             if runner is not None:
-                runner(*ptrs, *self.tail)
+                runner(*addresses, *self.tail, stream=torch._C._cuda_getCurrentRawStream(device))
                 return
         compiled = self.kernel[self.grid](*ptrs, *self.tail, **self.options)
         # Triton returns the compiled kernel it launched (None under the interpreter); it
@@ -109,16 +116,22 @@ class KernelLaunch:
             # The compiled kernel's launcher indexes all three grid dimensions.
             self.runners[device] = compiled[(*self.grid, 1, 1)[:3]]
 
-    def bare(self, ptrs: Sequence[torch.Tensor], direct: bool) -> Callable[[], None]:
-        """This launch on ``ptrs`` with nothing around it: through the compiled kernel's
-        handle (``direct``; it must have been launched on these tensors' device once) or
-        through Triton's JIT dispatch."""
-        args = (*ptrs, *self.tail)
-        if direct:
-            runner = self.runners[torch.cuda.current_device()]
+    def bare(self, ptrs: Sequence[torch.Tensor], how: str) -> Callable[[], None]:
+        """This launch on ``ptrs`` with nothing around it: through Triton's JIT dispatch
+        (``"jit"``), or through the compiled kernel's handle (it must have been launched on
+        these tensors' device once) given the tensors (``"handle"``) or, as a call makes
+        it, their addresses and the stream (``"addresses"``)."""
+        if how == "jit":
+            kernel, args = self.kernel[self.grid], (*ptrs, *self.tail)
+            return lambda: kernel(*args, **self.options)
+        device = torch.cuda.current_device()
+        runner = self.runners[device]
+        if how == "handle":
+            args = (*ptrs, *self.tail)
             return lambda: runner(*args)
-        kernel = self.kernel[self.grid]
-        return lambda: kernel(*args, **self.options)
+        args = (*(p.data_ptr() for p in ptrs), *self.tail)
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        return lambda: runner(*args, stream=stream)
 
     def settings(self) -> dict:
         """The grid, the compile options and every scalar and constant argument, by name."""

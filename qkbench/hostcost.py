@@ -6,8 +6,10 @@ a row, synchronised once at the end, for:
 
 * ``bare_jit``: the fused kernel launched through Triton's JIT dispatch with its
   arguments prebuilt -- what any Triton kernel costs to launch;
-* ``bare_handle``: the same launch through the compiled kernel's handle (the floor; CUDA
-  only);
+* ``bare_handle``: the same launch through the compiled kernel's handle, given the
+  tensors (CUDA only);
+* ``bare_addresses``: the handle given the tensors' addresses and the stream, as
+  ``qk_norm_rope`` calls it (the floor; CUDA only);
 * ``fused``: ``qk_norm_rope`` with its validation (the default: no position check);
 * ``fused_check_positions``: the same with ``check_positions=True`` (reads back);
 * ``fused_jit_dispatch``: ``qk_norm_rope`` launching through Triton's JIT dispatch;
@@ -55,9 +57,10 @@ def measure(device: torch.device, calls: int, tokens: int = 1,
     with launch.recording() as recorded:
         fused()
     (kernel_launch, ptrs), = recorded
-    rows = {"bare_jit": kernel_launch.bare(ptrs, direct=False),
-            "bare_handle": kernel_launch.bare(ptrs, direct=True) if device.type == "cuda"
-            else None,
+    cuda = device.type == "cuda"
+    rows = {"bare_jit": kernel_launch.bare(ptrs, "jit"),
+            "bare_handle": kernel_launch.bare(ptrs, "handle") if cuda else None,
+            "bare_addresses": kernel_launch.bare(ptrs, "addresses") if cuda else None,
             "fused": fused,
             "fused_check_positions": op(qk_norm_rope, check_positions=True),
             "fused_jit_dispatch": None,

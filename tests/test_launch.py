@@ -1,0 +1,51 @@
+"""A repeated call launches through the compiled kernel's handle, given the tensors'
+addresses and the current stream: the same bits as Triton's own dispatch, on the stream
+the caller is on."""
+
+import pytest
+import torch
+
+from qkbench.case import Case, Geometry, make_inputs
+from qkbench.kernels import launch, qk_norm_rope, qk_norm_rope_split
+
+from conftest import gpu_only
+
+GEOMETRY = Geometry("qwen3-32x8", 32, 8, 128, inplace=False)
+
+
+def out_of_place(op, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    q_out, k_out = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+    return inputs.call(op, inplace=False, q_out=q_out, k_out=k_out)
+
+
+@gpu_only
+@pytest.mark.parametrize("op", [qk_norm_rope, qk_norm_rope_split])
+def test_a_launch_through_the_handle_writes_what_triton_dispatch_writes(op, monkeypatch):
+    inputs = make_inputs(Case(GEOMETRY, 64), 0, torch.device("cuda"))
+    monkeypatch.setattr(launch, "DIRECT", False)
+    expected = out_of_place(op, inputs)
+    monkeypatch.setattr(launch, "DIRECT", True)
+    out_of_place(op, inputs)  # the first direct call finds the handle through the JIT
+    with launch.recording() as launches:
+        got = out_of_place(op, inputs)
+    assert launches and all(kernel_launch.runners for kernel_launch, _ in launches)
+    for e, g in zip(expected, got, strict=True):
+        assert torch.equal(e.view(torch.int16), g.view(torch.int16))
+
+
+@gpu_only
+def test_a_launch_through_the_handle_runs_on_the_callers_stream():
+    inputs = make_inputs(Case(GEOMETRY, 64), 0, torch.device("cuda"))
+    expected = out_of_place(qk_norm_rope, inputs)  # compiled, cached, handle found
+    q_late = inputs.q.clone()
+    inputs.q.zero_()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        # On the side stream q gets its values back only after a long sleep: a launch that
+        # went to the default stream instead would read the zeros.
+        torch.cuda._sleep(50_000_000)
+        inputs.q.copy_(q_late)
+        got = out_of_place(qk_norm_rope, inputs)
+    side.synchronize()
+    assert torch.equal(expected[0].view(torch.int16), got[0].view(torch.int16))
