@@ -33,7 +33,7 @@ case ${1:?method, rest, tune, next or decode} in
         "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol text-decode $decode --out \$WORK/text-decode.json.gz" ;;
     next) bash "$here/gpu_jobs.sh" \
-        'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
+        'timeout 200 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py tests/test_launch.py tests/test_hostcost.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
         'timeout 90 compute-sanitizer --tool memcheck python scripts/sanitize_case.py > $WORK/sanitize.txt 2>&1; tail -12 $WORK/sanitize.txt' \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 90 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
