@@ -125,8 +125,10 @@ def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
                 device: torch.device, element_size: int = 2) -> tuple[TilePlan, TilePlan]:
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
     rotary, a natural-width pass-through tile)."""
-    width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
-    return plan_pair(tokens, heads_q, heads_k, width, element_size, device)
+    partial = rotary_dim < head_dim
+    width = rotary_dim + next_pow2(head_dim) * partial
+    return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
+                     plan.SETTINGS.partial_elems_per_program if partial else None)
 
 
 def check_pdl(pdl: object, device: torch.device) -> bool:

@@ -19,6 +19,11 @@ from . import launch
 class Settings:
     # Elements (padded channels x rows) one program holds; about 32 per thread at 4 warps.
     elems_per_program: int = 4096
+    # The same for the fused kernel with partial rotary, whose rows are also loaded whole
+    # (78 registers at D = 256 / rotary 64): one-warp programs of 4 rows beat two-warp ones
+    # of 8 by 4-6 % at T >= 2048 on the H200 (docs/kernel-notes.md, version 3.2), while at
+    # D = 128 halving the program lost 9-20 %.
+    partial_elems_per_program: int = 2048
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
@@ -87,10 +92,12 @@ def _head_block(heads: int, cap: int, padding: float) -> int:
 
 
 def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
-               min_programs: int) -> TilePlan:
-    """Tile ``tokens x heads`` rows of ``width`` padded channels into programs."""
+               min_programs: int, elems_per_program: int | None = None) -> TilePlan:
+    """Tile ``tokens x heads`` rows of ``width`` padded channels into programs of at most
+    ``elems_per_program`` elements (``Settings.elems_per_program`` unless given)."""
     s = SETTINGS
-    rows_cap = 1 << max(0, (s.elems_per_program // width).bit_length() - 1)
+    elems = elems_per_program or s.elems_per_program
+    rows_cap = 1 << max(0, (elems // width).bit_length() - 1)
     bh = _head_block(heads, rows_cap, s.max_head_padding)
     bt = max(1, min(rows_cap // bh, next_pow2(tokens)))
     # One warp's threads, each holding min_bytes_per_thread of the tile.
@@ -123,9 +130,11 @@ def min_programs(device: torch.device) -> int:
 
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,
-              device: torch.device) -> tuple[TilePlan, TilePlan]:
+              device: torch.device,
+              elems_per_program: int | None = None) -> tuple[TilePlan, TilePlan]:
     """Plans for the q and the k rows of one launch, sharing the chip by their row counts."""
     total = min_programs(device)
     share_q = -(-total * heads_q // (heads_q + heads_k))
-    return (plan_tiles(tokens, heads_q, width, element_size, share_q),
-            plan_tiles(tokens, heads_k, width, element_size, max(1, total - share_q)))
+    return (plan_tiles(tokens, heads_q, width, element_size, share_q, elems_per_program),
+            plan_tiles(tokens, heads_k, width, element_size, max(1, total - share_q),
+                       elems_per_program))

@@ -51,6 +51,8 @@ DECODE_VARIANTS = {
 }
 LARGE_VARIANTS = {
     "elems2048": {"elems_per_program": 2048},
+    # Partial rotary with version 3.2's two-warp programs of 8 rows (the default before).
+    "partial4096": {"partial_elems_per_program": 4096},
     "elems8192": {"elems_per_program": 8192},
     "warp512": {"elems_per_warp": 512},
     "warp2048": {"elems_per_warp": 2048},

@@ -14,8 +14,11 @@
 # `tune` (the kernel bench with its plan variants first, then prefill hot and cold, DiT and
 # the two text decode protocols); after the table loads went into the row tiles' shape
 # (version 3.2), `next` (the GPU tests, the sanitizer cases, the bench, prefill hot and
-# DiT) then `decode` (prefill cold and the decode protocols, MRoPE included); a sweep cut
-# by the call's limit resumes with the same arguments and `--resume`.
+# DiT); after partial rotary took one-warp programs of 4 rows (the bench's lead), `partial`
+# (prefill hot and cold and text-decode, the fused and split routes); `decode` (prefill
+# cold and the decode protocols with every route, MRoPE included) is what the device time
+# did not reach. A sweep cut by the call's limit resumes with the same arguments and
+# `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
 export QKBENCH_GIT_DIRTY=0
@@ -24,7 +27,7 @@ sweep='qkbench sweep --device cuda'
 every='--route split --route fused --route eager --route compiled --isolation inprocess'
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
-case ${1:?method, rest, tune, next or decode} in
+case ${1:?method, rest, tune, next, partial or decode} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
@@ -38,6 +41,10 @@ case ${1:?method, rest, tune, next or decode} in
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 90 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
         "$sweep --protocol dit $every $large --out \$WORK/dit.json.gz" ;;
+    partial) bash "$here/gpu_jobs.sh" \
+        "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill-partial.json.gz" \
+        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode-partial.json.gz" \
+        "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold-partial.json.gz" ;;
     decode) bash "$here/gpu_jobs.sh" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 100 --out \$WORK/prefill-cold.json.gz" \
         "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \
