@@ -15,7 +15,8 @@
 # the two text decode protocols); after the table loads went into the row tiles' shape
 # (version 3.2), `next` (the GPU tests, the sanitizer cases, the bench, prefill hot and
 # DiT); after partial rotary took one-warp programs of 4 rows (the bench's lead), `partial`
-# (prefill hot and cold and text-decode, the fused and split routes); `decode` (prefill
+# (prefill hot and cold and text-decode, the fused and split routes); `last`, what the
+# session's device time had left (qwen3-decode, and MRoPE with compiled); `decode` (prefill
 # cold and the decode protocols with every route, MRoPE included) is what the device time
 # did not reach. A sweep cut by the call's limit resumes with the same arguments and
 # `--resume`.
@@ -27,7 +28,7 @@ sweep='qkbench sweep --device cuda'
 every='--route split --route fused --route eager --route compiled --isolation inprocess'
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
-case ${1:?method, rest, tune, next, partial or decode} in
+case ${1:?method, rest, tune, next, partial, last or decode} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
@@ -45,6 +46,9 @@ case ${1:?method, rest, tune, next, partial or decode} in
         "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill-partial.json.gz" \
         "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode-partial.json.gz" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold-partial.json.gz" ;;
+    last) bash "$here/gpu_jobs.sh" \
+        "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3-decode.json.gz" \
+        "$sweep --protocol qwen3vl-mrope --route split --route fused --route fused-pdl --route compiled --isolation inprocess --samples 60 --out \$WORK/qwen3vl-mrope.json.gz" ;;
     decode) bash "$here/gpu_jobs.sh" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 100 --out \$WORK/prefill-cold.json.gz" \
         "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \
