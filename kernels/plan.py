@@ -40,12 +40,6 @@ class Settings:
     # rotary and pass-through tiles (fewer layout conversions: 10 barriers instead of 14 at
     # D = 256 / rotary 64, scripts/kernel_ir.py). False rebuilds it (version 3).
     whole_pass_tile: bool = True
-    # A cap on the fused kernel's registers per thread (Triton's ``maxnreg``), 0 for the
-    # compiler's choice. Version 3 took 72 at the (1,32)/(4,8) tiles of (32,8) x 128 (7
-    # four-warp programs per SM instead of 8); with the table loaded in the rows' shape
-    # (version 3.2) it takes 64 there unasked, and 78 at D = 256 / rotary 64, where a cap of
-    # 64 spills (scripts/kernel_ir.py).
-    max_registers: int = 0
 
 
 SETTINGS = Settings()

@@ -57,7 +57,6 @@ LARGE_VARIANTS = {
     "warp512": {"elems_per_warp": 512},
     "warp2048": {"elems_per_warp": 2048},
     "rebuilt": {"whole_pass_tile": False},
-    "regs64": {"max_registers": 64},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes

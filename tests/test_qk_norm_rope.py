@@ -120,13 +120,13 @@ def test_fused_route_is_bit_identical_to_split_route(c, seed, device):
 # Plan settings that cut rows into other tiles: several tokens and heads per program, one
 # row per program, more warps per row, fewer and larger programs.
 TILE_SETTINGS = {
-    "tiny-tiles": {"elems_per_program": 256, "min_bytes_per_thread": 0},
+    "tiny-tiles": {"elems_per_program": 256, "partial_elems_per_program": 256,
+                   "min_bytes_per_thread": 0},
     "many-warps": {"elems_per_program": 2048, "elems_per_warp": 128},
-    "large-tiles": {"elems_per_program": 16384},
+    "large-tiles": {"elems_per_program": 16384, "partial_elems_per_program": 16384},
     "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
     "few-programs": {"min_programs_per_sm": 0.25},
     "rebuilt-tree": {"whole_pass_tile": False},
-    "register-cap": {"max_registers": 64},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
