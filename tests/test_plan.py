@@ -1,0 +1,40 @@
+"""The launch plan's deterministic rule, at the tiles measured on the H200 (132 SMs)."""
+
+import pytest
+import torch
+
+from qkbench.kernels import plan
+from qkbench.kernels.fused import fused_plans
+
+H200 = torch.device("cuda", 0)
+
+
+@pytest.fixture(autouse=True)
+def h200_sm_count(monkeypatch):
+    monkeypatch.setattr(plan, "_sm_count", lambda index: 132)
+
+
+def tiles(plans) -> tuple:
+    return tuple((p.block_t, p.block_h, p.num_warps) for p in plans)
+
+
+def test_full_rotary_at_large_t_takes_four_warp_programs_of_32_rows():
+    assert tiles(fused_plans(8192, 32, 8, 128, 128, H200)) == ((1, 32, 4), (4, 8, 4))
+
+
+@pytest.mark.parametrize("tokens", [256, 2048, 8192, 32768])
+def test_partial_rotary_from_t_256_takes_one_warp_programs_of_4_rows(tokens):
+    assert tiles(fused_plans(tokens, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
+
+
+def test_partial_rotary_programs_follow_their_own_setting():
+    with plan.use(partial_elems_per_program=4096):
+        assert tiles(fused_plans(8192, 16, 2, 256, 64, H200)) == ((1, 8, 2), (4, 2, 2))
+    with plan.use(elems_per_program=2048):  # the setting of full rotary does not reach it
+        assert tiles(fused_plans(8192, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
+
+
+def test_decode_widths_spread_the_rows_over_the_whole_chip():
+    q, k = fused_plans(1, 32, 8, 128, 128, H200)
+    assert (q.block_t, q.block_h, k.block_t, k.block_h) == (1, 2, 1, 2)
+    assert q.programs + k.programs == 20
