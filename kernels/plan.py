@@ -20,9 +20,9 @@ class Settings:
     # Elements (padded channels x rows) one program holds; about 32 per thread at 4 warps.
     elems_per_program: int = 4096
     # The same for the fused kernel with partial rotary, whose rows are also loaded whole
-    # (78 registers at D = 256 / rotary 64): one-warp programs of 4 rows beat two-warp ones
-    # of 8 by 4-6 % at T >= 2048 on the H200 (docs/kernel-notes.md, version 3.2), while at
-    # D = 128 halving the program lost 9-20 %.
+    # (78 registers at the two-warp tiles of D = 256 / rotary 64): one-warp programs of 4
+    # rows beat two-warp ones of 8 by 3-8 % at T >= 2048 on the H200 (docs/kernel-notes.md,
+    # version 3.2), while at D = 128 (and DiT) halving the program lost 4-20 %.
     partial_elems_per_program: int = 2048
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
