@@ -96,9 +96,9 @@ def _fused_tile(
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
 
 
-@triton.jit
-def _qk_tile(
-    q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, pid,
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
+def qk_norm_rope_kernel(
+    q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, eps, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
@@ -108,7 +108,7 @@ def _qk_tile(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
 ):
-    """Tile ``pid`` of the launch: the q tiles first, then the k tiles."""
+    pid = tl.program_id(0)
     if pid < q_programs:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, pid, q_head_blocks,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
@@ -121,46 +121,12 @@ def _qk_tile(
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs", "tiles"])
-def qk_norm_rope_kernel(
-    q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
-    T, HQ, HK, eps, max_pos,
-    stride_qt, stride_qh, stride_kt, stride_kh,
-    stride_qot, stride_qoh, stride_kot, stride_koh,
-    stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks, tiles,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    PERSISTENT: tl.constexpr,
-):
-    args = (q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr)
-    if PERSISTENT:
-        # A grid smaller than ``tiles`` whose programs loop over them.
-        for pid in tl.range(tl.program_id(0), tiles, tl.num_programs(0)):
-            _qk_tile(*args, pid,
-                     T, HQ, HK, eps, max_pos, stride_qt, stride_qh, stride_kt, stride_kh,
-                     stride_qot, stride_qoh, stride_kot, stride_koh,
-                     stride_cs, stride_pos_axis, stride_pos_t,
-                     q_programs, q_head_blocks, k_head_blocks,
-                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ, BTK, BHK)
-    else:
-        _qk_tile(*args, tl.program_id(0),
-                 T, HQ, HK, eps, max_pos, stride_qt, stride_qh, stride_kt, stride_kh,
-                 stride_qot, stride_qoh, stride_kot, stride_koh,
-                 stride_cs, stride_pos_axis, stride_pos_t,
-                 q_programs, q_head_blocks, k_head_blocks,
-                 D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ, BTK, BHK)
-
-
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
-                device: torch.device, element_size: int = 2,
-                pdl: bool = False) -> tuple[TilePlan, TilePlan]:
+                device: torch.device, element_size: int = 2) -> tuple[TilePlan, TilePlan]:
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
-    rotary, a natural-width pass-through tile). Partial rotary takes its own program size
-    without PDL only: a PDL launch keeps the larger programs (``Settings``)."""
-    partial = rotary_dim < head_dim and not pdl
-    width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
+    rotary, a natural-width pass-through tile)."""
+    partial = rotary_dim < head_dim
+    width = rotary_dim + next_pow2(head_dim) * partial
     return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
                      plan.SETTINGS.partial_elems_per_program if partial else None)
 
@@ -182,20 +148,18 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     HK = call.k.shape[1]
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
-    tiles = plan_q.programs + plan_k.programs
-    programs = plan.grid_programs(tiles, call.q.device)
     return KernelLaunch(
-        qk_norm_rope_kernel, (programs,),
+        qk_norm_rope_kernel, (plan_q.programs + plan_k.programs,),
         (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
          calls.CACHE, calls.POSITIONS),
         (call.axis_map, T, HQ, HK, eps, call.max_pos,
          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
          qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks, tiles,
+         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, programs < tiles),
+         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl else {})},
@@ -235,7 +199,7 @@ def qk_norm_rope(
         use_pdl = check_pdl(pdl, q.device)
         T, HQ, D = call.q.shape
         plans = fused_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
-                            q.element_size(), use_pdl)
+                            q.element_size())
         launches = nonempty(fused_launch(call, norm_eps, offset, use_pdl, plans))
         return calls.Resolved(launches, bool(inplace), call.max_pos)
 

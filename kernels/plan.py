@@ -22,9 +22,7 @@ class Settings:
     # The same for the fused kernel with partial rotary, whose rows are also loaded whole
     # (78 registers at the two-warp tiles of D = 256 / rotary 64): one-warp programs of 4
     # rows beat two-warp ones of 8 by 3-8 % at T >= 2048 on the H200 (docs/kernel-notes.md,
-    # version 3.2), while at D = 128 (and DiT) halving the program lost 4-20 %. A PDL
-    # launch keeps elems_per_program: with one-warp programs, each waiting on the kernel
-    # before it, it ran 27-50 % slower than with two-warp ones at text-decode T = 512-1024.
+    # version 3.2), while at D = 128 (and DiT) halving the program lost 4-20 %.
     partial_elems_per_program: int = 2048
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
@@ -42,9 +40,6 @@ class Settings:
     # rotary and pass-through tiles (fewer layout conversions: 10 barriers instead of 14 at
     # D = 256 / rotary 64, scripts/kernel_ir.py). False rebuilds it (version 3).
     whole_pass_tile: bool = True
-    # Fused kernel: programs per multiprocessor of a persistent grid, whose programs loop
-    # over the tiles (0: one program per tile).
-    persistent_programs_per_sm: int = 0
 
 
 SETTINGS = Settings()
@@ -126,16 +121,6 @@ def min_programs(device: torch.device) -> int:
     if device.type != "cuda":
         return 1
     return max(1, int(SETTINGS.min_programs_per_sm * _sm_count(device.index or 0)))
-
-
-def grid_programs(tiles: int, device: torch.device) -> int:
-    """The fused launch's program count for ``tiles`` tiles (``persistent_programs_per_sm``;
-    the CPU interpreter counts as one multiprocessor)."""
-    per_sm = SETTINGS.persistent_programs_per_sm
-    if not per_sm:
-        return tiles
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
-    return min(tiles, per_sm * sms)
 
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,

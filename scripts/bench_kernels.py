@@ -57,9 +57,6 @@ LARGE_VARIANTS = {
     "warp512": {"elems_per_warp": 512},
     "warp2048": {"elems_per_warp": 2048},
     "rebuilt": {"whole_pass_tile": False},
-    # A persistent grid: 4 or 8 programs per SM, each looping over the tiles.
-    "persist4": {"persistent_programs_per_sm": 4},
-    "persist8": {"persistent_programs_per_sm": 8},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes

@@ -28,7 +28,7 @@ sweep='qkbench sweep --device cuda'
 every='--route split --route fused --route eager --route compiled --isolation inprocess'
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
-case ${1:?method, rest, tune, next, partial, last, v33 or decode} in
+case ${1:?method, rest, tune, next, partial, last or decode} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
@@ -49,10 +49,6 @@ case ${1:?method, rest, tune, next, partial, last, v33 or decode} in
     last) bash "$here/gpu_jobs.sh" \
         "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol qwen3vl-mrope --route split --route fused --route fused-pdl --route compiled --isolation inprocess --samples 60 --out \$WORK/qwen3vl-mrope.json.gz" ;;
-    v33) bash "$here/gpu_jobs.sh" \
-        'timeout 150 python -m pytest -q tests/test_qk_norm_rope.py tests/test_plan.py -k "every_tile_shape or pdl or plan" > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
-        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 120 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' \
-        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" ;;
     decode) bash "$here/gpu_jobs.sh" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 100 --out \$WORK/prefill-cold.json.gz" \
         "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \

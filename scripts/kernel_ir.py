@@ -90,8 +90,8 @@ plan.min_programs = sys.modules["qkbench.kernels.rms_norm"].min_programs = on_h2
 
 
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
-               offset=False, whole=True, pdl=False, mrope=False, persistent=False):
-    plan_q, plan_k = fused_plans(t, hq, hk, d, r, None, pdl=pdl)
+               offset=False, whole=True, pdl=False, mrope=False):
+    plan_q, plan_k = fused_plans(t, hq, hk, d, r, None)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
                 axis_ptr="*i32" if mrope else None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
@@ -99,11 +99,10 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
                 stride_cs=r, stride_pos_axis=t, stride_pos_t=1, q_programs=plan_q.programs,
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
-                tiles=plan_q.programs + plan_k.programs,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
                 PDL=pdl, WHOLE=whole, BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
-                BHK=plan_k.block_h, PERSISTENT=persistent)
+                BHK=plan_k.block_h)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
     return f"{label}: {tiles}, {warps} warps", qk_norm_rope_kernel, args, warps
@@ -148,8 +147,6 @@ CASES = [
                offset=True, whole=False),
     fused_case("fused (32,8)x128 T=8 pdl", 8, 32, 8, 128, 128, pdl=True),
     fused_case("fused (32,8)x128 T=8 mrope", 8, 32, 8, 128, 128, mrope=True),
-    fused_case("fused (32,8)x128 T=8192 persistent", 8192, 32, 8, 128, 128, persistent=True),
-    fused_case("fused (24,4)x256/r64 T=1024 pdl", 1024, 24, 4, 256, 64, offset=True, pdl=True),
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
     rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
     rope_case("rope (16,2)x256/r64 T=8192 out of place", 8192, 16, 2, 256, 64, inplace=False),

@@ -34,12 +34,6 @@ def test_partial_rotary_programs_follow_their_own_setting():
         assert tiles(fused_plans(8192, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
 
 
-def test_partial_rotary_with_pdl_keeps_the_two_warp_programs():
-    assert tiles(fused_plans(1024, 24, 4, 256, 64, H200, pdl=True)) == ((1, 8, 2), (2, 4, 2))
-    assert tiles(fused_plans(1024, 32, 8, 128, 128, H200, pdl=True)) == tiles(
-        fused_plans(1024, 32, 8, 128, 128, H200))
-
-
 def test_decode_widths_spread_the_rows_over_the_whole_chip():
     q, k = fused_plans(1, 32, 8, 128, 128, H200)
     assert (q.block_t, q.block_h, k.block_t, k.block_h) == (1, 2, 1, 2)

@@ -127,7 +127,6 @@ TILE_SETTINGS = {
     "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
     "few-programs": {"min_programs_per_sm": 0.25},
     "rebuilt-tree": {"whole_pass_tile": False},
-    "persistent": {"persistent_programs_per_sm": 2},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
