@@ -113,17 +113,11 @@ class RopeCall:
     k: torch.Tensor
     q_out: torch.Tensor
     k_out: torch.Tensor
-    q_result: torch.Tensor
-    k_result: torch.Tensor
     positions: torch.Tensor  # [axes, T]; one axis unless MRoPE
     cos_sin_cache: torch.Tensor
     axis_map: torch.Tensor | None
     rotary_dim: int
     neox: bool
-
-    @property
-    def tokens(self) -> int:
-        return self.q.shape[0]
 
     @property
     def max_pos(self) -> int:
@@ -249,8 +243,8 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
         k_res = torch.empty_like(k) if k_out is None else k_out
         qo_rows = out_rows("q_out", q_res, q)
         ko_rows = out_rows("k_out", k_res, k)
-    return RopeCall(q_rows, k_rows, qo_rows, ko_rows, q_res, k_res, pos, cache, amap,
-                    rotary_dim, style == "neox")
+    return RopeCall(q_rows, k_rows, qo_rows, ko_rows, pos, cache, amap, rotary_dim,
+                    style == "neox")
 
 
 def check_norm(q_weight: object, k_weight: object, D: int, device: torch.device, eps: object,

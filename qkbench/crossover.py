@@ -15,12 +15,11 @@ import os
 from pathlib import Path
 
 from qkbench.errors import QkbenchError
+from qkbench.kernels.dispatch import KIND, VERSION
 from qkbench.protocol import rebuild
 from qkbench.report import header
 from qkbench.summary import current
 
-KIND = "qkbench.dispatch"
-VERSION = 1  # kernels/dispatch.py reads this version
 RULE = ("fused where T <= fused_through, or at any T when censored (no crossover measured); "
         "split elsewhere, past the bound and on every shape this table does not list; "
         "without a table: fused everywhere")

@@ -29,6 +29,7 @@ from qkbench.kernels.fused import fused_plans, qk_norm_rope_kernel
 from qkbench.kernels.plan import next_pow2
 from qkbench.kernels.rms_norm import norm_plan, rms_norm_kernel
 from qkbench.kernels.rope import pass_width, rope_kernel, rope_plans
+from qkbench.kernels.tiles import COMPILE_OPTIONS
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -54,7 +55,7 @@ def compile_for_sm90(kernel, args: dict, num_warps: int):
             if v % 16 == 0 and name not in dns and i not in dns:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     return triton_compile(ASTSource(kernel, signature, constants, attrs), target=TARGET,
-                          options={"num_warps": num_warps, "enable_fp_fusion": False})
+                          options={"num_warps": num_warps, **COMPILE_OPTIONS})
 
 
 def counts(compiled) -> dict:
