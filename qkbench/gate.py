@@ -39,10 +39,8 @@ from qkbench.errors import GateError
 
 # Exit codes of ``qkbench gate``.
 PASS, FAIL, USAGE, INCONCLUSIVE = 0, 1, 2, 3
-DEFAULT_TOLERANCE = 0.02
 
-# The verdicts a cell can have without an estimate, and the one that is no one's fault.
-NO_VERDICT = ("unstable", "unmeasured", "pending", "invalid route")
+# The verdict of a cell that a route does not support: no one's fault.
 NOT_SUPPORTED = "n/s"
 RESOLVED = ("faster", "slower", "unresolved")
 
@@ -288,6 +286,9 @@ def expect(summary: dict, bands: Sequence[dict], expectation: Expectation) -> li
     selected = [c for c in comp["cases"] if x.selects(c, by_name)]
     if not selected:
         raise GateError(f"--expect {x.text!r}: selects no case of {_name(comp)}")
+    if all(c["effect"]["verdict"] == NOT_SUPPORTED for c in selected):
+        raise GateError(f"--expect {x.text!r}: every case it selects of {_name(comp)} is "
+                        f"{NOT_SUPPORTED} (not supported by one of its routes)")
     cells = []
     for c in selected:
         e = c["effect"]

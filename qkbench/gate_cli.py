@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from qkbench.errors import GateError, QkbenchError
+from qkbench.gate import USAGE
 
 HELP = """The CI perf-regression gate: fail on a real regression, not on noise.
 
@@ -46,11 +47,11 @@ Exit codes:
   0  pass
   1  a case regressed, or an expectation was not met
   2  usage or input error: a bad option, an unknown ref, kernels that
-     cannot be imported, archives that cannot be compared
+     cannot be imported, archives that cannot be compared, a malformed
+     --expect
   3  more inconclusive cases than --max-inconclusive
 """
 
-USAGE = 2
 NOT_AGAINST = "(--against only; default: the protocol's)"
 
 

@@ -85,6 +85,8 @@ def test_two_runs_of_the_same_code_pass(archive):
     result = across(archive, "base", "same-code")
     assert result.exit_code == 0, result.output
     assert last_line(result) == "gate: PASS, 0 of 2 cases regressed beyond the 2.0 % tolerance"
+    rows = [line for line in result.stdout.splitlines() if "split -> fused" in line]
+    assert len(rows) == 2 and all(" unresolved " in row for row in rows)
 
 
 def test_a_planted_10pct_slowdown_of_the_candidate_fails_naming_every_case(archive):
@@ -131,6 +133,8 @@ def test_allow_mismatch_compares_anyway_and_says_so(archive):
 def test_a_machine_wide_slowdown_passes_relative_and_fails_absolute(archive):
     relative = across(archive, "base", "machine-5pct-slower")
     assert relative.exit_code == 0, relative.output
+    rows = [line for line in relative.stdout.splitlines() if "split -> fused" in line]
+    assert len(rows) == 2 and all(" unresolved " in row for row in rows)
     absolute = across(archive, "base", "machine-5pct-slower", "--absolute",
                       "--tolerance", "2%")
     assert absolute.exit_code == 1, absolute.output
@@ -212,6 +216,15 @@ def test_an_expectation_is_checked_against_the_runs_verdicts(archive, expectatio
 def test_a_malformed_expectation_is_exit_2_in_one_line(archive, expectation, fragment):
     assert_usage_error(invoke(archive("base"), "--expect", expectation),
                        f"--expect {expectation!r}", fragment)
+
+
+def test_an_expectation_selecting_only_unsupported_cases_is_a_usage_error():
+    unsupported = {"key": "tiny/T1", "geometry": "tiny", "tokens": 1,
+                   "effect": {"verdict": "n/s"}}
+    summary = {"comparisons": [{"baseline": "split", "candidate": "peer:x",
+                                "cases": [unsupported]}]}
+    with pytest.raises(GateError, match=r"every case it selects of split -> peer:x is n/s"):
+        rules.expect(summary, [], rules.parse_expectation("peer:x faster than split in all"))
 
 
 def test_an_expectation_on_unstable_cases_is_inconclusive(archive):
