@@ -18,7 +18,6 @@ import torch
 
 from qkbench import env, refs, runner
 from qkbench.archive import SUFFIX
-from qkbench.backends import Backend
 from qkbench.protocol import Protocol
 
 
@@ -52,7 +51,7 @@ def archive_name(protocol: str, route: str, stamp: str) -> str:
 
 
 def run(export: refs.Export, protocol: Protocol, routes: Sequence[str], device: torch.device,
-        out_dir: Path, *, command: list[str] | None = None, backend: Backend | None = None,
+        out_dir: Path, *, command: list[str] | None = None,
         events_for: Callable[[Protocol], runner.Events] | None = None,
         starting: Callable[[Path], None] | None = None) -> list[tuple[Path, dict]]:
     """Sweep ``protocol`` once per route, REF's route against the working tree's; returns
@@ -66,7 +65,7 @@ def run(export: refs.Export, protocol: Protocol, routes: Sequence[str], device: 
         path = out_dir / archive_name(protocol.name, route, stamp)
         if starting:
             starting(path)
-        archive = runner.sweep(proto, device, path, command=command, backend=backend,
+        archive = runner.sweep(proto, device, path, command=command,
                                events=events_for(proto) if events_for else None, header=header)
         done.append((path, archive))
     return done

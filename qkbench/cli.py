@@ -122,15 +122,15 @@ def _sweep_events(runner, proto, bar, started_at: float):
     return runner.Events(pass_result=finished)
 
 
-def _swept(proto, dev, path: Path, resume: bool = False, allow_code_change: bool = False,
-           header: dict | None = None) -> dict:
+def _swept(proto, dev, path: Path, resume: bool = False,
+           allow_code_change: bool = False) -> dict:
     """``runner.sweep`` with progress on stderr: a bar on a terminal, else lines."""
     from qkbench import runner
 
     def sweep(bar) -> dict:
         return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
                             events=_sweep_events(runner, proto, bar, time.monotonic()),
-                            allow_code_change=allow_code_change, header=header)
+                            allow_code_change=allow_code_change)
 
     if err.is_terminal:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -180,7 +180,8 @@ def sweep(
              "commit or kernel sources): refused without it; each pass records the code it "
              "ran and report and audit show which passes ran what")] = False,
 ) -> None:
-    """Run the split / candidate / split-again arms over a protocol and archive every pass."""
+    """Run the baseline (the first --route), candidate and baseline-again arms over a
+    protocol and archive every pass."""
     path = None
     try:
         dev = _device(device)

@@ -80,7 +80,7 @@ def _value(x) -> str:
     return str(x)
 
 
-def junit(outcome: Outcome, name: str = "qkbench gate") -> bytes:
+def junit(outcome: Outcome) -> bytes:
     """JUnit XML: a ``<testsuite>`` per comparison (or expectation), a ``<testcase>`` per
     cell with ``<properties>`` holding its numbers (ratios as shares: 0.071 is +7.1 %), a
     ``<failure>`` for a regression or an unmet expectation, ``<skipped>`` for an
@@ -91,7 +91,7 @@ def junit(outcome: Outcome, name: str = "qkbench gate") -> bytes:
                 "errors": "0",
                 "skipped": str(sum(c.result in (UNDECIDED, SKIPPED) for c in cells))}
 
-    root = ET.Element("testsuites", name=name, **counts(outcome.cells))
+    root = ET.Element("testsuites", name="qkbench gate", **counts(outcome.cells))
     for group in dict.fromkeys(c.group for c in outcome.cells):
         cells = [c for c in outcome.cells if c.group == group]
         suite = ET.SubElement(root, "testsuite", name=group, **counts(cells))

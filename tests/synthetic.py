@@ -14,8 +14,8 @@ where ``work`` is the mean ``work`` attribute of the arm's launches (1 for a pla
 1 + 1/N for a route with a planted extra call every N launches), and B's base is
 ``base * (1 + effect)``, or ``base * (1 + case_effects[k])`` for the k-th comparison timed
 in a pass (a per-case effect: with one candidate and no replacement passes, k is the
-case's index in the protocol, geometries outer, tokens inner).
-with seeded noise, so every run of a test sees the same numbers. The pass index comes
+case's index in the protocol, geometries outer, tokens inner). The noise is seeded, so
+every run of a test sees the same numbers. The pass index comes
 from the runner's ``pass_started`` event: sweep with ``events=backend.events()``.
 """
 

@@ -144,7 +144,7 @@ def test_baseline_slowed_by_running_first_is_not_reported_as_a_candidate_win(mea
     naive = torch.tensor(arms["B"]).median() / torch.tensor(arms["A"]).median() - 1
     assert naive < -0.04
     for cell in comparison(archive)["cases"]:
-        assert cell["effect"]["verdict"] in ("unresolved", "unstable")
+        assert cell["effect"]["verdict"] == "unstable"
 
 
 # -- balanced replacement ----------------------------------------------------------------
@@ -159,6 +159,7 @@ def test_a_dropped_pass_is_replaced_with_its_own_order_and_the_replacement_kept(
         assert [s["used"] for s in cell["slots"]] == [0, 6, 2, 3, 4, 5]
         assert cell["effect"]["kept"] == 6
         assert sorted(used_orders(cell)) == sorted(permutations(ARMS))
+        assert cell["effect"]["verdict"] == "unresolved"
     assert comparison(archive)["drops"] == {"dropped": CASES, "total": 7 * CASES,
                                             "replacements": CASES, "unstable": 0}
 
@@ -170,6 +171,7 @@ def test_a_replacement_pass_measures_only_the_cases_that_need_it(measure):
     assert [c["key"] for c in replacement["cases"]] == ["tiny/T3"]
     t1, t3 = comparison(archive)["cases"]
     assert (t1["slots"][2]["used"], t3["slots"][2]["used"]) == (2, 6)
+    assert [t1["effect"]["verdict"], t3["effect"]["verdict"]] == ["unresolved"] * 2
 
 
 def test_an_order_that_always_disagrees_is_unstable_and_named(measure):
@@ -187,12 +189,14 @@ def test_retries_bound_the_replacement_passes(measure):
     assert all(p["replaces"] is None for p in archive["passes"])
     for cell in comparison(archive)["cases"]:
         assert cell["effect"]["unstable_orders"] == ["B A A'"]
+        assert cell["effect"]["verdict"] == "unstable"
 
 
 def test_instrument_width_is_the_worst_null_of_the_balanced_kept_set(measure):
     comp = comparison(measure(null_bias={1: 0.05, 2: 0.005}))
     for cell in comp["cases"]:
         assert cell["effect"]["width"] == pytest.approx(0.005, abs=0.0005)
+        assert cell["effect"]["verdict"] == "unresolved"
     assert comp["width"]["worst"] == pytest.approx(0.005, abs=0.0005)
 
 
@@ -223,6 +227,7 @@ def test_interleaved_schedule_keeps_a_drifting_clock_out_of_the_null_arm(measure
     nulls = [abs(r["null"]) for cell in comp["cases"] for r in cell["passes"]]
     assert max(nulls) < THRESHOLD / 2
     assert comp["drops"]["dropped"] == 0
+    assert all(cell["effect"]["verdict"] == "unresolved" for cell in comp["cases"])
 
 
 def test_blocked_schedule_shows_a_drifting_clock_in_the_null_arm(measure):
@@ -252,6 +257,7 @@ def test_a_moved_clock_is_flagged_and_kept_by_default(measure):
         (flagged,) = [r for r in cell["passes"] if r["flags"]]
         assert flagged["pass"] == 3 and flagged["kept"]
         assert "SM clock moved 1500-1980 MHz" in flagged["flags"][0]
+        assert cell["effect"]["verdict"] == "unresolved"
     assert comp["flagged_rows"] == CASES
 
 
@@ -268,6 +274,7 @@ def test_drop_throttled_turns_a_throttle_flag_into_a_replaced_drop(measure):
 def test_an_idle_throttle_reason_is_not_a_flag(measure):
     comp = comparison(measure(card={3: {"throttle": ["gpu_idle"], "throttle_mask": 1}}))
     assert comp["flagged_rows"] == 0
+    assert all(cell["effect"]["verdict"] == "unresolved" for cell in comp["cases"])
 
 
 def _case_results(cache: str, l2_bytes: int | None, tmp_path) -> list[dict]:
