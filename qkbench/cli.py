@@ -15,6 +15,7 @@ from rich.table import Table
 from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
+from qkbench.options import timing
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"show_default": True},
@@ -74,6 +75,7 @@ def _fail(e: QkbenchError) -> None:
 
 
 PROTOCOLS = "(default: the protocol's)"
+TIMING = timing(PROTOCOLS)
 
 
 def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Path:
@@ -146,21 +148,14 @@ def sweep(
         help="repeat: the first is the baseline (also the null arm), the rest candidates; "
              "a built-in name, peer:NAME or module:callable " + PROTOCOLS)] = None,
     device: DeviceOpt = "auto",
-    passes: Annotated[int | None, typer.Option(
-        help="passes, a multiple of 6 (arm orders rotate) " + PROTOCOLS)] = None,
-    warmup: Annotated[int | None, typer.Option(
-        help="warm-up samples per arm, timed and discarded " + PROTOCOLS)] = None,
-    samples: Annotated[int | None, typer.Option(
-        help="timed samples per arm in each pass " + PROTOCOLS)] = None,
-    inner_reps: Annotated[int | None, typer.Option(
-        help="launches per graph replay " + PROTOCOLS)] = None,
-    schedule: Annotated[str | None, typer.Option(
-        help="interleaved or blocked " + PROTOCOLS)] = None,
-    isolation: Annotated[str | None, typer.Option(
-        help="process (a fresh process per pass) or inprocess " + PROTOCOLS)] = None,
-    threshold: Annotated[float | None, typer.Option(
-        help="drop a (pass, case) whose |null| exceeds this share " + PROTOCOLS)] = None,
-    cache: Annotated[str | None, typer.Option(help="hot or cold " + PROTOCOLS)] = None,
+    passes: TIMING.passes = None,
+    warmup: TIMING.warmup = None,
+    samples: TIMING.samples = None,
+    inner_reps: TIMING.inner_reps = None,
+    schedule: TIMING.schedule = None,
+    isolation: TIMING.isolation = None,
+    threshold: TIMING.threshold = None,
+    cache: TIMING.cache = None,
     pass_timeout: Annotated[float | None, typer.Option(
         help="seconds a pass's worker process may run (start-up included) before it is "
              "ended and the pass recorded failed ('timed out after N s') and replaced; "
@@ -228,10 +223,8 @@ def calibrate(
         help="repeat: plant one extra call of the route every N launches, +1/N of its own "
              "work (default: 32 and 8, +3.1 % and +12.5 %)", show_default=False)] = None,
     device: DeviceOpt = "auto",
-    passes: Annotated[int | None, typer.Option(
-        help="passes, a multiple of 6 " + PROTOCOLS)] = None,
-    samples: Annotated[int | None, typer.Option(
-        help="timed samples per arm in each pass " + PROTOCOLS)] = None,
+    passes: TIMING.passes = None,
+    samples: TIMING.samples = None,
     out_path: Annotated[Path | None, typer.Option(
         "--out", help="the directory the two archives are written in (default: results/)",
         show_default=False)] = None,

@@ -11,6 +11,7 @@ import typer
 
 from qkbench.errors import GateError, QkbenchError
 from qkbench.gate import USAGE
+from qkbench.options import timing
 
 HELP = """The CI perf-regression gate: fail on a real regression, not on noise.
 
@@ -52,7 +53,7 @@ Exit codes:
   3  more inconclusive cases than --max-inconclusive
 """
 
-NOT_AGAINST = "(--against only; default: the protocol's)"
+TIMING = timing("(--against only; default: the protocol's)")
 
 
 def gate(
@@ -102,21 +103,14 @@ def gate(
     out_dir: Annotated[Path | None, typer.Option(
         "--out", help="--against: the folder the archives are written to (default: "
                       "results/)", show_default=False)] = None,
-    passes: Annotated[int | None, typer.Option(
-        help="passes, a multiple of 6 " + NOT_AGAINST)] = None,
-    warmup: Annotated[int | None, typer.Option(
-        help="warm-up samples per arm " + NOT_AGAINST)] = None,
-    samples: Annotated[int | None, typer.Option(
-        help="timed samples per arm in each pass " + NOT_AGAINST)] = None,
-    inner_reps: Annotated[int | None, typer.Option(
-        help="launches per graph replay " + NOT_AGAINST)] = None,
-    schedule: Annotated[str | None, typer.Option(
-        help="interleaved or blocked " + NOT_AGAINST)] = None,
-    isolation: Annotated[str | None, typer.Option(
-        help="process or inprocess " + NOT_AGAINST)] = None,
-    threshold: Annotated[float | None, typer.Option(
-        help="drop a (pass, case) whose |null| exceeds this share " + NOT_AGAINST)] = None,
-    cache: Annotated[str | None, typer.Option(help="hot or cold " + NOT_AGAINST)] = None,
+    passes: TIMING.passes = None,
+    warmup: TIMING.warmup = None,
+    samples: TIMING.samples = None,
+    inner_reps: TIMING.inner_reps = None,
+    schedule: TIMING.schedule = None,
+    isolation: TIMING.isolation = None,
+    threshold: TIMING.threshold = None,
+    cache: TIMING.cache = None,
 ) -> None:
     from qkbench import gate as rules
     from qkbench.cli import err, out

@@ -1,0 +1,27 @@
+"""Command-line options that several commands share, as typer ``Annotated`` aliases.
+
+A module of its own because ``cli`` imports ``gate_cli`` while it loads: both read these.
+"""
+
+from types import SimpleNamespace
+from typing import Annotated
+
+import typer
+
+
+def timing(suffix: str) -> SimpleNamespace:
+    """The sweep's timing overrides, each help ending in ``suffix`` (what the default is)."""
+
+    def option(kind: type, text: str):
+        return Annotated[kind | None, typer.Option(help=f"{text} {suffix}")]
+
+    return SimpleNamespace(
+        passes=option(int, "passes, a multiple of 6 (arm orders rotate)"),
+        warmup=option(int, "warm-up samples per arm, timed and discarded"),
+        samples=option(int, "timed samples per arm in each pass"),
+        inner_reps=option(int, "launches per graph replay"),
+        schedule=option(str, "interleaved or blocked"),
+        isolation=option(str, "process (a fresh process per pass) or inprocess"),
+        threshold=option(float, "drop a (pass, case) whose |null| exceeds this share"),
+        cache=option(str, "hot or cold"),
+    )
