@@ -11,7 +11,7 @@ from typing import TypeVar
 import torch
 
 from . import launch
-from .checks import check_position_range, interpreting
+from .checks import check_flag, check_position_range, interpreting
 from .launch import KernelLaunch
 
 # The call tuple: where each tensor of a call sits, for KernelLaunch.slots.
@@ -29,11 +29,9 @@ class Resolved:
     inplace: bool
     max_pos: int
 
-    def run(self, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor | None,
-            k_weight: torch.Tensor | None, positions: torch.Tensor,
-            cos_sin_cache: torch.Tensor, q_out: torch.Tensor | None,
-            k_out: torch.Tensor | None,
-            check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, tensors: Sequence, check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Launch on a call's tensors (in ``SLOTS`` order), its outputs made where needed."""
+        q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions = tensors
         if check_positions:
             check_position_range(positions, self.max_pos)
         if self.inplace:
@@ -75,3 +73,10 @@ def resolve(op: str, tensors: Sequence[object], options: tuple, build: Callable[
 
     ``tensors[0]`` is the tensor the call runs on."""
     return launch.resolve(call_key(op, tensors, options), build)
+
+
+def call(op: str, tensors: Sequence, options: tuple, build: Callable[[], Resolved],
+         check_positions: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call of a rotating op: its tensors in ``SLOTS`` order, resolved by ``build``."""
+    entry = resolve(op, tensors, options, build)
+    return entry.run(tensors, check_flag("check_positions", check_positions))

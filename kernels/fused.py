@@ -203,6 +203,4 @@ def qk_norm_rope(
         launches = nonempty(fused_launch(call, norm_eps, offset, use_pdl, plans))
         return calls.Resolved(launches, bool(inplace), call.max_pos)
 
-    entry = calls.resolve("fused", tensors, options, build)
-    return entry.run(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,
-                     check_flag("check_positions", check_positions))
+    return calls.call("fused", tensors, options, build, check_positions)

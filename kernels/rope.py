@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from . import calls
-from .checks import RopeCall, check_flag, check_rope
+from .checks import RopeCall, check_rope
 from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, next_pow2, plan_pair
 from .tiles import (
@@ -153,6 +153,4 @@ def rope(
                                                         calls.POSITIONS), plans))
         return calls.Resolved(launches, bool(inplace), call.max_pos)
 
-    entry = calls.resolve("rope", tensors, options, build)
-    return entry.run(q, k, None, None, positions, cos_sin_cache, q_out, k_out,
-                     check_flag("check_positions", check_positions))
+    return calls.call("rope", tensors, options, build, check_positions)

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import torch
 
 from . import calls
-from .checks import check_flag, check_qk_norm_rope
+from .checks import check_qk_norm_rope
 from .launch import nonempty
 from .plan import TilePlan
 from .rms_norm import norm_launch, norm_plan
@@ -49,9 +49,7 @@ def qk_norm_rope_split(
         )
         return calls.Resolved(launches, bool(inplace), call.max_pos)
 
-    entry = calls.resolve("split", tensors, options, build)
-    return entry.run(q, k, q_weight, k_weight, positions, cos_sin_cache, q_out, k_out,
-                     check_flag("check_positions", check_positions))
+    return calls.call("split", tensors, options, build, check_positions)
 
 
 def split_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
