@@ -27,7 +27,7 @@ import torch
 
 from qkbench import runner
 from qkbench.backends import Backend, Timed
-from qkbench.protocol import parse
+from qkbench.protocol import Protocol, parse
 from qkbench.runner import Events
 
 BASE_SECONDS = 1e-5
@@ -51,12 +51,13 @@ def tiny_protocol(name: str = "tiny", tokens: Sequence[int] = (1, 3), *, geometr
     return "\n".join(lines) + "\n"
 
 
-def synthetic_sweep(text: str, path, backend: "SyntheticBackend | None" = None,
+def synthetic_sweep(protocol: "str | Protocol", path, backend: "SyntheticBackend | None" = None,
                     **clock) -> dict:
-    """Sweep the protocol ``text`` in process on this clock (``backend``, or a new one with
-    ``clock``), archived at ``path``; returns the archive."""
+    """Sweep ``protocol`` (its text, or parsed) in process on this clock (``backend``, or a
+    new one with ``clock``), archived at ``path``; returns the archive."""
     backend = backend or SyntheticBackend(**clock)
-    return runner.sweep(parse(text), torch.device("cpu"), path, backend=backend,
+    protocol = parse(protocol) if isinstance(protocol, str) else protocol
+    return runner.sweep(protocol, torch.device("cpu"), path, backend=backend,
                         events=backend.events())
 
 

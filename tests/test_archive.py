@@ -31,7 +31,7 @@ from qkbench.schedule import ARMS
 
 from conftest import interpreter_only
 from helpers import reseal
-from synthetic import SyntheticBackend
+from synthetic import SyntheticBackend, synthetic_sweep
 
 CPU = torch.device("cpu")
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -311,10 +311,9 @@ class FailingBackend(SyntheticBackend):
 @pytest.fixture(scope="module")
 def raised_in_process(tmp_path_factory) -> dict:
     """Six in-process passes whose backend raises in pass 1."""
-    backend = FailingBackend()
     protocol = cheap().with_overrides(isolation="inprocess")
     out = tmp_path_factory.mktemp("raised") / "run.json"
-    runner.sweep(protocol, CPU, out, backend=backend, events=backend.events())
+    synthetic_sweep(protocol, out, FailingBackend())
     return archives.read(out)
 
 

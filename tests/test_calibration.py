@@ -6,16 +6,15 @@ import gzip
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
-from qkbench import calibration, runner
+from qkbench import calibration
 from qkbench.cli import app
 from qkbench.errors import ProtocolError
 from qkbench.protocol import parse
 
 from conftest import interpreter_only
-from synthetic import SyntheticBackend, tiny_protocol
+from synthetic import synthetic_sweep, tiny_protocol
 
 pytestmark = interpreter_only
 
@@ -27,9 +26,7 @@ def calibrate(tmp_path, **clock) -> dict:
     """Both runs on the synthetic clock; returns their archives by kind."""
     runs = {}
     for kind, p in calibration.protocols(parse(PROTOCOL), "split", EVERY).items():
-        backend = SyntheticBackend(**clock)
-        runs[kind] = runner.sweep(p, torch.device("cpu"), tmp_path / f"{kind}.json.gz",
-                                  backend=backend, events=backend.events())
+        runs[kind] = synthetic_sweep(p, tmp_path / f"{kind}.json.gz", **clock)
     return runs
 
 
