@@ -38,8 +38,8 @@ class Settings:
     # rotary channels again, from L1), so its 16-byte loads have no idle lanes, and sums
     # its squares in one tree, as rms_norm does, instead of rebuilding the tree from the
     # rotary and pass-through tiles (fewer layout conversions: 4 barriers instead of 6 at
-    # the one-warp tiles of D = 256 / rotary 64, scripts/kernel_ir.py). False rebuilds it
-    # (version 3).
+    # the one-warp tiles of D = 256 / rotary 64: scripts/kernel_ir.py,
+    # results/tuning/2026-12-03-kernel-ir-v32.txt). False rebuilds it (version 3).
     whole_pass_tile: bool = True
 
 
