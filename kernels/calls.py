@@ -50,12 +50,15 @@ class Resolved:
 def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:
     """The cache key of a call (``tensors[0]`` the tensor it runs on), or None where it
     cannot be formed: a call with a non-tensor is validated afresh, and raises there."""
+    # Built by appending, with the options as one tuple: about half the time of one flat
+    # tuple spliced from a comprehension, on every call.
     try:
-        return (op, *[None if x is None else (x.shape, x.stride(), x.dtype, x.device)
-                      for x in tensors],
-                *options, *map(type, options), tensors[0].is_cuda or interpreting())
+        key = [op, options, tuple(map(type, options)), tensors[0].is_cuda or interpreting()]
+        for x in tensors:
+            key.append(None if x is None else (x.shape, x.stride(), x.dtype, x.device))
     except AttributeError:
         return None
+    return tuple(key)
 
 
 def section_key(mrope_section: object) -> object:

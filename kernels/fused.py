@@ -18,7 +18,7 @@ import triton.language as tl
 from . import calls, plan
 from .checks import RopeCall, check_flag, check_qk_norm_rope
 from .launch import KernelLaunch, nonempty
-from .plan import TilePlan, next_pow2, plan_pair
+from .plan import TilePlan, next_pow2, plan_pair, qk_grid
 from .tiles import (
     COMPILE_OPTIONS,
     cos_sin,
@@ -29,6 +29,7 @@ from .tiles import (
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
+    qk_tile,
     rotate,
     store_pairs,
     tile_coords,
@@ -96,37 +97,39 @@ def _fused_tile(
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_chunk", "k_chunk"])
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, eps, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks,
+    q_chunk, k_chunk, q_head_blocks, k_head_blocks,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    if pid < q_programs:
-        _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, pid, q_head_blocks,
+    is_q, tile = qk_tile(tl.program_id(0), q_chunk, k_chunk)
+    if is_q:
+        _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
-        _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, pid - q_programs,
+        _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tile,
                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
-                device: torch.device, element_size: int = 2) -> tuple[TilePlan, TilePlan]:
+                device: torch.device, element_size: int = 2,
+                pdl: bool = False) -> tuple[TilePlan, TilePlan]:
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
-    rotary, a natural-width pass-through tile)."""
-    partial = rotary_dim < head_dim
-    width = rotary_dim + next_pow2(head_dim) * partial
+    rotary, a natural-width pass-through tile). Partial rotary takes its own program size
+    without PDL only: a PDL launch keeps the larger programs (``Settings``)."""
+    partial = rotary_dim < head_dim and not pdl
+    width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
     return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
                      plan.SETTINGS.partial_elems_per_program if partial else None)
 
@@ -148,15 +151,16 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     HK = call.k.shape[1]
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
+    programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
     return KernelLaunch(
-        qk_norm_rope_kernel, (plan_q.programs + plan_k.programs,),
+        qk_norm_rope_kernel, (programs,),
         (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
          calls.CACHE, calls.POSITIONS),
         (call.axis_map, T, HQ, HK, eps, call.max_pos,
          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
          qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
+         q_chunk, k_chunk, plan_q.head_blocks, plan_k.head_blocks,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),
@@ -199,7 +203,7 @@ def qk_norm_rope(
         use_pdl = check_pdl(pdl, q.device)
         T, HQ, D = call.q.shape
         plans = fused_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
-                            q.element_size())
+                            q.element_size(), use_pdl)
         launches = nonempty(fused_launch(call, norm_eps, offset, use_pdl, plans))
         return calls.Resolved(launches, bool(inplace), call.max_pos)
 

@@ -18,13 +18,25 @@ current stream: given a tensor, Triton's launcher would call its ``data_ptr`` an
 driver whether the address is a device pointer, for every pointer of every launch, and
 look the device and stream up again. The validation behind the key has already checked
 that every tensor lives on the device the call runs on.
+
+Under Triton 3.6 the handle is its C launcher itself (``direct_runner``): Triton's runner
+builds launch metadata on every launch and its launcher calls the (empty) launch hooks
+from C, each with every argument passed again. While a launch hook is set (a profiler),
+and under any other Triton version, launches go through Triton's runner.
 """
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import reduce
+from operator import itemgetter, or_
 
 import torch
+import triton
 
+_data_ptr = torch.Tensor.data_ptr
+# A CPU-only build of torch has neither (and no tensor on a CUDA device to launch on).
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # Launch through the compiled kernel's handle after the first launch (False: always through
 # Triton's JIT dispatch, e.g. to measure what the handle saves).
 DIRECT = True
@@ -58,6 +70,43 @@ def resolve(key: Hashable | None, build: Callable[[], object]) -> object:
     return entry
 
 
+# The Triton versions whose CompiledKernel runner and CudaLauncher ``direct_runner`` was
+# written against (3.9's launcher takes other arguments).
+DIRECT_LAUNCHER_VERSIONS = ("3.6.",)
+
+# (stream, addresses) -> None: one launch of a compiled kernel on the given tensors' addresses.
+Runner = Callable[[int, Sequence[int]], None]
+
+
+def triton_runner(compiled, grid: tuple[int, int, int], tail: tuple) -> Runner:
+    """A launch through Triton's own runner of the compiled kernel."""
+    run = compiled[grid]
+    return lambda stream, addresses: run(*addresses, *tail, stream=stream)
+
+
+def direct_runner(compiled, grid: tuple[int, int, int], tail: tuple) -> Runner:
+    """A launch through the compiled kernel's C launcher, as Triton 3.6's runner and
+    ``CudaLauncher`` make it with no launch hook set and no scratch memory (else, or under
+    another Triton version, through Triton's runner)."""
+    slow = triton_runner(compiled, grid, tail)
+    run = compiled.run
+    if (not triton.__version__.startswith(DIRECT_LAUNCHER_VERSIONS)
+            or run.global_scratch_size or run.profile_scratch_size):
+        return slow
+    hooks = triton.knobs.runtime
+    c_launch, (x, y, z) = run.launch, grid
+    head = (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+            compiled.packed_metadata, None, None, None)
+
+    def runner(stream: int, addresses: Sequence[int]) -> None:
+        if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls:
+            slow(stream, addresses)
+        else:
+            c_launch(x, y, z, stream, *head, *addresses, *tail)
+
+    return runner
+
+
 @contextmanager
 def recording() -> Iterator[list[tuple["KernelLaunch", list[torch.Tensor]]]]:
     """Collect every launch made inside the block with the tensors it read, to record its
@@ -82,56 +131,70 @@ class KernelLaunch:
     tuple at ``slots``), then ``tail``: every other argument, constants included, in order.
     """
 
-    __slots__ = ("grid", "kernel", "options", "runners", "slots", "tail")
+    __slots__ = ("compiled", "grid", "kernel", "options", "pick", "runners", "slots", "tail")
 
     def __init__(self, kernel, grid: tuple[int, ...], slots: Sequence[int], tail: Sequence,
                  options: dict):
         self.kernel = kernel
         self.grid = grid
         self.slots = tuple(slots)
+        if len(self.slots) < 2:
+            raise ValueError("a launch reads at least two tensors (its input and output)")
+        # The launch's tensors out of the call's tuple, as a tuple (two or more slots).
+        self.pick = itemgetter(*self.slots)
         self.tail = tuple(tail)
         self.options = options
-        # The compiled kernel's launcher per current CUDA device, once Triton compiled it.
-        self.runners: dict[int, Callable] = {}
+        # Per current CUDA device, once Triton compiled the kernel: the compiled kernel
+        # and its launch (``direct_runner``).
+        self.compiled: dict[int, object] = {}
+        self.runners: dict[int, Runner] = {}
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
-        ptrs = [tensors[i] for i in self.slots]
+        ptrs = self.pick(tensors)
         if _recorders:
             _recorders[-1].append((self, ptrs))
         device = -1
         if DIRECT and ptrs[0].is_cuda:
-            addresses = [p.data_ptr() for p in ptrs]
-            bits = 0
-            for address in addresses:
-                bits |= address
-            device = -1 if bits & 15 else torch.cuda.current_device()
+            addresses = list(map(_data_ptr, ptrs))
+            # torch.cuda.current_device without its lazy-init check: a tensor on a CUDA
+            # device means CUDA is initialised.
+            device = -1 if reduce(or_, addresses) & 15 else _current_device()
             runner = self.runners.get(device)
             if runner is not None:
-                runner(*addresses, *self.tail, stream=torch._C._cuda_getCurrentRawStream(device))
+                runner(_current_stream(device), addresses)
                 return
         compiled = self.kernel[self.grid](*ptrs, *self.tail, **self.options)
         # Triton returns the compiled kernel it launched (None under the interpreter); it
         # was specialised for aligned pointers only when every pointer was aligned.
         if device >= 0 and hasattr(compiled, "function"):
-            # The compiled kernel's launcher indexes all three grid dimensions.
-            self.runners[device] = compiled[(*self.grid, 1, 1)[:3]]
+            self.compiled[device] = compiled
+            self.runners[device] = direct_runner(compiled, self.grid3, self.tail)
+
+    @property
+    def grid3(self) -> tuple[int, int, int]:
+        """The grid in all three dimensions, as a compiled kernel's launcher indexes it."""
+        return (*self.grid, 1, 1)[:3]
 
     def bare(self, ptrs: Sequence[torch.Tensor], how: str) -> Callable[[], None]:
         """This launch on ``ptrs`` with nothing around it: through Triton's JIT dispatch
-        (``"jit"``), or through the compiled kernel's handle (it must have been launched on
-        these tensors' device once) given the tensors (``"handle"``) or, as a call makes
-        it, their addresses and the stream (``"addresses"``)."""
+        (``"jit"``); through the compiled kernel's runner (it must have been launched on
+        these tensors' device once) given the tensors (``"handle"``) or their addresses
+        and the stream (``"addresses"``); or, as a call makes it, through ``runners``
+        (``"launcher"``: ``direct_runner``)."""
         if how == "jit":
             kernel, args = self.kernel[self.grid], (*ptrs, *self.tail)
             return lambda: kernel(*args, **self.options)
-        device = torch.cuda.current_device()
-        runner = self.runners[device]
+        device = _current_device()
+        addresses, stream = [p.data_ptr() for p in ptrs], _current_stream(device)
+        if how == "launcher":
+            runner = self.runners[device]
+            return lambda: runner(stream, addresses)
+        run = self.compiled[device][self.grid3]
         if how == "handle":
             args = (*ptrs, *self.tail)
-            return lambda: runner(*args)
-        args = (*(p.data_ptr() for p in ptrs), *self.tail)
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        return lambda: runner(*args, stream=stream)
+            return lambda: run(*args)
+        args = (*addresses, *self.tail)
+        return lambda: run(*args, stream=stream)
 
     def settings(self) -> dict:
         """The grid, the compile options and every scalar and constant argument, by name."""

@@ -22,7 +22,9 @@ class Settings:
     # The same for the fused kernel with partial rotary, whose rows are also loaded whole
     # (78 registers at the two-warp tiles of D = 256 / rotary 64): one-warp programs of 4
     # rows beat two-warp ones of 8 by 3-8 % at T >= 2048 on the H200 (docs/kernel-notes.md,
-    # version 3.2), while at D = 128 (and DiT) halving the program lost 4-20 %.
+    # version 3.2), while at D = 128 (and DiT) halving the program lost 4-20 %. A PDL
+    # launch keeps elems_per_program: with one-warp programs, each waiting on the kernel
+    # before it, it ran 27-50 % slower than with two-warp ones at text-decode T = 512-1024.
     partial_elems_per_program: int = 2048
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
@@ -41,6 +43,11 @@ class Settings:
     # the one-warp tiles of D = 256 / rotary 64: scripts/kernel_ir.py,
     # results/tuning/2026-12-03-kernel-ir-v32.txt). False rebuilds it (version 3).
     whole_pass_tile: bool = True
+    # A launch of q and k tiles runs them in chunks of tokens, each chunk's q tiles then its
+    # k tiles, so that the k tiles find their tokens' table rows and positions still in L2
+    # where the q tiles loaded them; False runs every q tile, then every k tile, and at
+    # large T the k tiles read the table from DRAM again (``qk_grid``).
+    interleave_qk: bool = True
 
 
 SETTINGS = Settings()
@@ -107,6 +114,19 @@ def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
         bh //= 2
     warps = max(1, min(8, next_pow2(bt * bh * width // s.elems_per_warp)))
     return TilePlan(bt, bh, -(-heads // bh), programs(bt, bh), warps)
+
+
+def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, int]:
+    """``(programs, q_chunk, k_chunk)`` of a launch of ``plan_q``'s and ``plan_k``'s tiles:
+    chunks of ``max(block_t)`` tokens, each ``q_chunk`` q tiles then ``k_chunk`` k tiles
+    (``tiles.qk_tile``); one chunk of every tile without ``Settings.interleave_qk``. A last
+    chunk past ``tokens`` holds tiles that are wholly masked."""
+    if not SETTINGS.interleave_qk:
+        return plan_q.programs + plan_k.programs, plan_q.programs, plan_k.programs
+    span = max(plan_q.block_t, plan_k.block_t)
+    q_chunk = span // plan_q.block_t * plan_q.head_blocks
+    k_chunk = span // plan_k.block_t * plan_k.head_blocks
+    return -(-tokens // span) * (q_chunk + k_chunk), q_chunk, k_chunk
 
 
 @cache

@@ -9,11 +9,12 @@ import triton.language as tl
 from . import calls
 from .checks import RopeCall, check_rope
 from .launch import KernelLaunch, nonempty
-from .plan import TilePlan, next_pow2, plan_pair
+from .plan import TilePlan, next_pow2, plan_pair, qk_grid
 from .tiles import (
     COMPILE_OPTIONS,
     cos_sin,
     load_pairs,
+    qk_tile,
     rotate,
     store_pairs,
     tile_coords,
@@ -46,26 +47,26 @@ def _rope_tile(
         tl.store(o_row + d, tl.load(x_row + d, mask=m), mask=m)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_chunk", "k_chunk"])
 def rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks,
+    q_chunk, k_chunk, q_head_blocks, k_head_blocks,
     D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     MROPE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    if pid < q_programs:
-        _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, pid, q_head_blocks,
+    is_q, tile = qk_tile(tl.program_id(0), q_chunk, k_chunk)
+    if is_q:
+        _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
                    T, HQ, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                    stride_cs, stride_pos_axis, stride_pos_t,
                    D, PB, R2, NEOX, MROPE, BTQ, BHQ)
     else:
-        _rope_tile(k_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr, pid - q_programs, k_head_blocks,
+        _rope_tile(k_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr, tile, k_head_blocks,
                    T, HK, max_pos, stride_kt, stride_kh, stride_kot, stride_koh,
                    stride_cs, stride_pos_axis, stride_pos_t,
                    D, PB, R2, NEOX, MROPE, BTK, BHK)
@@ -99,13 +100,14 @@ def rope_launch(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.T
     HK = k.shape[1]
     plan_q, plan_k = plans
     pos = call.positions
+    programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
     return KernelLaunch(
-        rope_kernel, (plan_q.programs + plan_k.programs,), slots,
+        rope_kernel, (programs,), slots,
         (call.axis_map, T, HQ, HK, call.max_pos,
          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
          q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
+         q_chunk, k_chunk, plan_q.head_blocks, plan_k.head_blocks,
          D, pass_width(D, call.rotary_dim, inplace), call.rotary_dim // 2, call.neox,
          call.axis_map is not None,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),

@@ -174,6 +174,17 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 
 
 @triton.jit
+def qk_tile(pid, q_chunk, k_chunk):
+    """Whether program ``pid`` of a q-and-k launch runs a q tile, and that tile's index
+    among its tensor's tiles. The launch runs in chunks of tokens, each ``q_chunk`` q tiles
+    then ``k_chunk`` k tiles (``plan.qk_grid``)."""
+    chunk = pid // (q_chunk + k_chunk)
+    r = pid - chunk * (q_chunk + k_chunk)
+    is_q = r < q_chunk
+    return is_q, tl.where(is_q, chunk * q_chunk + r, chunk * k_chunk + r - q_chunk)
+
+
+@triton.jit
 def tile_coords(pid, n_head_blocks, BT: tl.constexpr, BH: tl.constexpr):
     """Token and head indices ``[BT]``, ``[BH]`` of the tile this program handles."""
     t = (pid // n_head_blocks) * BT + tl.arange(0, BT)

@@ -8,8 +8,11 @@ a row, synchronised once at the end, for:
   arguments prebuilt -- what any Triton kernel costs to launch;
 * ``bare_handle``: the same launch through the compiled kernel's handle, given the
   tensors (CUDA only);
-* ``bare_addresses``: the handle given the tensors' addresses and the stream, as
-  ``qk_norm_rope`` calls it (the floor; CUDA only);
+* ``bare_addresses``: the handle given the tensors' addresses and the stream (CUDA
+  only);
+* ``bare_launcher``: the launch ``qk_norm_rope`` makes with those addresses and the
+  stream, through the compiled kernel's C launcher under Triton 3.6, else through its
+  runner (the floor; CUDA only);
 * ``fused``: ``qk_norm_rope`` with its validation (the default: no position check);
 * ``fused_check_positions``: the same with ``check_positions=True`` (reads back);
 * ``fused_jit_dispatch``: ``qk_norm_rope`` launching through Triton's JIT dispatch;
@@ -61,6 +64,7 @@ def measure(device: torch.device, calls: int, tokens: int = 1,
     rows = {"bare_jit": kernel_launch.bare(ptrs, "jit"),
             "bare_handle": kernel_launch.bare(ptrs, "handle") if cuda else None,
             "bare_addresses": kernel_launch.bare(ptrs, "addresses") if cuda else None,
+            "bare_launcher": kernel_launch.bare(ptrs, "launcher") if cuda else None,
             "fused": fused,
             "fused_check_positions": op(qk_norm_rope, check_positions=True),
             "fused_jit_dispatch": None,

@@ -62,6 +62,7 @@ def _plans(case: Case, device: torch.device) -> dict:
     args = (case.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary, device,
             DTYPES[case.dtype].itemsize)
     return {"fused": [p.as_dict() for p in fused_plans(*args)],
+            "fused-pdl": [p.as_dict() for p in fused_plans(*args, pdl=True)],
             "split": [p.as_dict() for p in split_plans(*args)]}
 
 

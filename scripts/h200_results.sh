@@ -18,8 +18,11 @@
 # (prefill hot and cold and text-decode, the fused and split routes); `last`, what the
 # session's device time had left (qwen3-decode, and MRoPE with compiled); `decode` (prefill
 # cold and the decode protocols with every route, MRoPE included) is what the device time
-# did not reach. A sweep cut by the call's limit resumes with the same arguments and
-# `--resume`.
+# did not reach; after q and k tiles of the same tokens ran next to each other and the
+# eager call went to Triton 3.6's C launcher (version 3.4), `v34` (the GPU tests, the
+# sanitizer cases, the bench, prefill hot and text-decode) then `v34b` (prefill cold, the
+# decode protocols and DiT). A sweep cut by the call's limit resumes with the same
+# arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
 export QKBENCH_GIT_DIRTY=0
@@ -28,7 +31,7 @@ sweep='qkbench sweep --device cuda'
 every='--route split --route fused --route eager --route compiled --isolation inprocess'
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
-case ${1:?method, rest, tune, next, partial, last or decode} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34 or v34b} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
@@ -54,6 +57,17 @@ case ${1:?method, rest, tune, next, partial, last or decode} in
         "$sweep --protocol qwen3-decode $decode --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol text-decode $decode --out \$WORK/text-decode.json.gz" \
         "$sweep --protocol qwen3vl-mrope $decode --out \$WORK/qwen3vl-mrope.json.gz" ;;
+    v34) bash "$here/gpu_jobs.sh" \
+        'timeout 240 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py tests/test_launch.py tests/test_hostcost.py tests/test_plan.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
+        'timeout 90 compute-sanitizer --tool memcheck python scripts/sanitize_case.py > $WORK/sanitize.txt 2>&1; tail -12 $WORK/sanitize.txt' \
+        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 90 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' \
+        "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill.json.gz" \
+        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" ;;
+    v34b) bash "$here/gpu_jobs.sh" \
+        "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold.json.gz" \
+        "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3-decode.json.gz" \
+        "$sweep --protocol dit --route split --route fused --isolation inprocess $large --out \$WORK/dit.json.gz" \
+        "$sweep --protocol qwen3vl-mrope --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3vl-mrope.json.gz" ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
         'qkbench calibrate --device cuda --protocol qwen3-decode --planted 32 --out $WORK' \

@@ -90,15 +90,21 @@ def on_h200(device) -> int:
 plan.min_programs = sys.modules["qkbench.kernels.rms_norm"].min_programs = on_h200
 
 
+def chunks(t: int, plan_q, plan_k) -> dict:
+    """The launch's q-then-k chunk arguments (``plan.qk_grid``)."""
+    _, q_chunk, k_chunk = plan.qk_grid(t, plan_q, plan_k)
+    return {"q_chunk": q_chunk, "k_chunk": k_chunk}
+
+
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                offset=False, whole=True, pdl=False, mrope=False):
-    plan_q, plan_k = fused_plans(t, hq, hk, d, r, None)
+    plan_q, plan_k = fused_plans(t, hq, hk, d, r, None, pdl=pdl)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
                 axis_ptr="*i32" if mrope else None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
                 stride_qt=hq * d, stride_qh=d, stride_kt=hk * d, stride_kh=d,
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
-                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, q_programs=plan_q.programs,
+                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **chunks(t, plan_q, plan_k),
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
                 PDL=pdl, WHOLE=whole, BTQ=plan_q.block_t,
@@ -125,7 +131,7 @@ def rope_case(label: str, t: int, hq: int, hk: int, d: int, r: int, inplace=True
                 cs_ptr="*fp32", pos_ptr="*i64", axis_ptr=None, T=t, HQ=hq, HK=hk,
                 max_pos=4096, stride_qt=hq * d, stride_qh=d, stride_kt=hk * d, stride_kh=d,
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
-                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, q_programs=plan_q.programs,
+                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **chunks(t, plan_q, plan_k),
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks, D=d,
                 PB=pass_width(d, r, inplace), R2=r // 2, NEOX=True, MROPE=False,
                 BTQ=plan_q.block_t, BHQ=plan_q.block_h, BTK=plan_k.block_t, BHK=plan_k.block_h)
@@ -147,6 +153,8 @@ CASES = [
     fused_case("fused (16,2)x256/r64 T=8192 tree rebuilt", 8192, 16, 2, 256, 64,
                offset=True, whole=False),
     fused_case("fused (32,8)x128 T=8 pdl", 8, 32, 8, 128, 128, pdl=True),
+    fused_case("fused (24,4)x256/r64 T=1024", 1024, 24, 4, 256, 64, offset=True),
+    fused_case("fused (24,4)x256/r64 T=1024 pdl", 1024, 24, 4, 256, 64, offset=True, pdl=True),
     fused_case("fused (32,8)x128 T=8 mrope", 8, 32, 8, 128, 128, mrope=True),
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
     rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),

@@ -12,8 +12,8 @@ from qkbench.case import Geometry
 from conftest import interpreter_only
 
 SMALL = Geometry("small", 2, 1, 64, rotary_dim=32, inplace=False)
-ROWS = {"bare_jit", "bare_handle", "bare_addresses", "fused", "fused_check_positions",
-        "fused_jit_dispatch", "split"}
+ROWS = {"bare_jit", "bare_handle", "bare_addresses", "bare_launcher", "fused",
+        "fused_check_positions", "fused_jit_dispatch", "split"}
 
 
 def test_measure_times_every_way_to_make_the_call(device):
@@ -21,7 +21,7 @@ def test_measure_times_every_way_to_make_the_call(device):
     us = result["us_per_call"]
     assert set(us) == ROWS
     cuda = device == "cuda"
-    handle = {"bare_handle", "bare_addresses"}
+    handle = {"bare_handle", "bare_addresses", "bare_launcher"}
     assert all(v is not None and v > 0 for k, v in us.items() if cuda or k not in handle)
     assert all((us[k] is None) == (not cuda) for k in handle)
     assert result["direct_launch"] is True

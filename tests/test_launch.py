@@ -4,6 +4,7 @@ the caller is on."""
 
 import pytest
 import torch
+import triton
 
 from qkbench.case import Case, Geometry, make_inputs
 from qkbench.kernels import launch, qk_norm_rope, qk_norm_rope_split
@@ -49,3 +50,17 @@ def test_a_launch_through_the_handle_runs_on_the_callers_stream():
         got = out_of_place(qk_norm_rope, inputs)
     side.synchronize()
     assert torch.equal(expected[0].view(torch.int16), got[0].view(torch.int16))
+
+
+@gpu_only
+def test_a_launch_hook_sees_every_launch_of_a_cached_call():
+    inputs = make_inputs(Case(GEOMETRY, 64), 0, torch.device("cuda"))
+    out_of_place(qk_norm_rope_split, inputs)  # compiled, cached, handle found
+    seen = []
+    hooks = triton.knobs.runtime.launch_enter_hook
+    hooks.add(seen.append)
+    try:
+        out_of_place(qk_norm_rope_split, inputs)
+    finally:
+        hooks.remove(seen.append)
+    assert [m.get()["name"] for m in seen] == ["rms_norm_kernel", "rms_norm_kernel", "rope_kernel"]

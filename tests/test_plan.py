@@ -34,7 +34,34 @@ def test_partial_rotary_programs_follow_their_own_setting():
         assert tiles(fused_plans(8192, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
 
 
+def test_partial_rotary_with_pdl_keeps_the_two_warp_programs():
+    assert tiles(fused_plans(1024, 24, 4, 256, 64, H200, pdl=True)) == ((1, 8, 2), (2, 4, 2))
+    assert tiles(fused_plans(1024, 32, 8, 128, 128, H200, pdl=True)) == tiles(
+        fused_plans(1024, 32, 8, 128, 128, H200))
+
+
 def test_decode_widths_spread_the_rows_over_the_whole_chip():
     q, k = fused_plans(1, 32, 8, 128, 128, H200)
     assert (q.block_t, q.block_h, k.block_t, k.block_h) == (1, 2, 1, 2)
     assert q.programs + k.programs == 20
+
+
+def test_q_and_k_tiles_of_the_same_tokens_run_in_one_chunk():
+    q, k = fused_plans(32768, 16, 2, 128, 128, H200)
+    assert (q.block_t, k.block_t) == (2, 16)
+    # Chunks of 16 tokens: their 8 q tiles, then their one k tile.
+    assert plan.qk_grid(32768, q, k) == (2048 * 9, 8, 1)
+
+
+def test_a_last_chunk_past_t_is_launched_whole():
+    q, k = fused_plans(21, 8, 2, 128, 128, torch.device("cpu"))
+    assert (q.block_t, k.block_t) == (4, 16)
+    # Tokens 16-31 in the second chunk: q tiles for tokens 24-31 are wholly masked.
+    assert plan.qk_grid(21, q, k) == (10, 4, 1)
+    assert q.programs + k.programs == 8
+
+
+def test_without_interleaving_every_q_tile_runs_before_every_k_tile():
+    with plan.use(interleave_qk=False):
+        q, k = fused_plans(32768, 16, 2, 128, 128, H200)
+        assert plan.qk_grid(32768, q, k) == (q.programs + k.programs, q.programs, k.programs)

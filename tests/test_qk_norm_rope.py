@@ -127,6 +127,7 @@ TILE_SETTINGS = {
     "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
     "few-programs": {"min_programs_per_sm": 0.25},
     "rebuilt-tree": {"whole_pass_tile": False},
+    "q-then-k": {"interleave_qk": False},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
@@ -134,6 +135,8 @@ TILE_CASES = [
     case(tokens=6, head_dim=128, rotary_dim=32, style="gptj"),
     case(tokens=5, mrope_section=(8, 12, 12), mrope_layout="interleaved"),
     case(tokens=4, head_dim=80, rotary_dim=16, dtype="float32", inplace=False),
+    # q tiles of 4 tokens, k tiles of 16: two chunks of q-then-k tiles, the second past T.
+    case(tokens=21, heads_q=8, heads_k=2, head_dim=128, inplace=False),
 ]
 GPU_TILE_CASES = [
     case(tokens=t, head_dim=d, rotary_dim=r, heads_q=hq, heads_k=hk, weight_mode=w,
