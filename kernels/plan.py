@@ -119,10 +119,10 @@ def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
 def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, int]:
     """``(programs, q_chunk, k_chunk)`` of a launch of ``plan_q``'s and ``plan_k``'s tiles:
     chunks of ``max(block_t)`` tokens, each ``q_chunk`` q tiles then ``k_chunk`` k tiles
-    (``tiles.qk_tile``); one chunk of every tile without ``Settings.interleave_qk``. A last
-    chunk past ``tokens`` holds tiles that are wholly masked."""
+    (``tiles.qk_tile``; a last chunk past ``tokens`` holds wholly masked tiles); without
+    ``Settings.interleave_qk`` every q tile then every k tile, chunks ``(0, 0)``."""
     if not SETTINGS.interleave_qk:
-        return plan_q.programs + plan_k.programs, plan_q.programs, plan_k.programs
+        return plan_q.programs + plan_k.programs, 0, 0
     span = max(plan_q.block_t, plan_k.block_t)
     q_chunk = span // plan_q.block_t * plan_q.head_blocks
     k_chunk = span // plan_k.block_t * plan_k.head_blocks

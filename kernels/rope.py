@@ -47,19 +47,20 @@ def _rope_tile(
         tl.store(o_row + d, tl.load(x_row + d, mask=m), mask=m)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_chunk", "k_chunk"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
 def rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_chunk, k_chunk, q_head_blocks, k_head_blocks,
+    q_programs, q_head_blocks, k_head_blocks,
     D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     MROPE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
+    QC: tl.constexpr, KC: tl.constexpr,
 ):
-    is_q, tile = qk_tile(tl.program_id(0), q_chunk, k_chunk)
+    is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
     if is_q:
         _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
                    T, HQ, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
@@ -107,10 +108,10 @@ def rope_launch(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.T
          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
          q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-         q_chunk, k_chunk, plan_q.head_blocks, plan_k.head_blocks,
+         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, pass_width(D, call.rotary_dim, inplace), call.rotary_dim // 2, call.neox,
          call.axis_map is not None,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h),
+         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS},
     )
 

@@ -174,14 +174,22 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 
 
 @triton.jit
-def qk_tile(pid, q_chunk, k_chunk):
+def qk_tile(pid, q_programs, QC: tl.constexpr, KC: tl.constexpr):
     """Whether program ``pid`` of a q-and-k launch runs a q tile, and that tile's index
-    among its tensor's tiles. The launch runs in chunks of tokens, each ``q_chunk`` q tiles
-    then ``k_chunk`` k tiles (``plan.qk_grid``)."""
-    chunk = pid // (q_chunk + k_chunk)
-    r = pid - chunk * (q_chunk + k_chunk)
-    is_q = r < q_chunk
-    return is_q, tl.where(is_q, chunk * q_chunk + r, chunk * k_chunk + r - q_chunk)
+    among its tensor's tiles: every q tile then every k tile (``QC == 0``), or chunks of
+    tokens, each ``QC`` q tiles then ``KC`` k tiles (``plan.qk_grid``). The chunk sizes
+    are constants, so the division compiles to a multiply and a shift: a division by a
+    run-time value put about 0.1 us of latency before every program's first load (the
+    H200, version 3.4)."""
+    if QC:
+        chunk = pid // (QC + KC)
+        r = pid - chunk * (QC + KC)
+        is_q = r < QC
+        tile = tl.where(is_q, chunk * QC + r, chunk * KC + r - QC)
+    else:
+        is_q = pid < q_programs
+        tile = tl.where(is_q, pid, pid - q_programs)
+    return is_q, tile
 
 
 @triton.jit

@@ -20,8 +20,8 @@
 # cold and the decode protocols with every route, MRoPE included) is what the device time
 # did not reach; after q and k tiles of the same tokens ran next to each other and the
 # eager call went to Triton 3.6's C launcher (version 3.4), `v34` (the GPU tests, the
-# sanitizer cases, the bench, prefill hot and text-decode) then `v34b` (prefill cold, the
-# decode protocols and DiT). A sweep cut by the call's limit resumes with the same
+# sanitizer cases, the bench) then `v34b` (prefill hot and cold, the decode protocols and
+# DiT). A sweep cut by the call's limit resumes with the same
 # arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -60,10 +60,10 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34 or v34b} in
     v34) bash "$here/gpu_jobs.sh" \
         'timeout 240 python -m pytest -q tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py tests/test_routes.py tests/test_launch.py tests/test_hostcost.py tests/test_plan.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
         'timeout 90 compute-sanitizer --tool memcheck python scripts/sanitize_case.py > $WORK/sanitize.txt 2>&1; tail -12 $WORK/sanitize.txt' \
-        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 90 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' \
-        "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill.json.gz" \
-        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" ;;
+        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 90 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' ;;
     v34b) bash "$here/gpu_jobs.sh" \
+        "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill.json.gz" \
+        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold.json.gz" \
         "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol dit --route split --route fused --isolation inprocess $large --out \$WORK/dit.json.gz" \

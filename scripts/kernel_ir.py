@@ -91,9 +91,9 @@ plan.min_programs = sys.modules["qkbench.kernels.rms_norm"].min_programs = on_h2
 
 
 def chunks(t: int, plan_q, plan_k) -> dict:
-    """The launch's q-then-k chunk arguments (``plan.qk_grid``)."""
+    """The launch's q-then-k order arguments (``plan.qk_grid``)."""
     _, q_chunk, k_chunk = plan.qk_grid(t, plan_q, plan_k)
-    return {"q_chunk": q_chunk, "k_chunk": k_chunk}
+    return {"q_programs": plan_q.programs, "QC": q_chunk, "KC": k_chunk}
 
 
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
