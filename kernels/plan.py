@@ -44,10 +44,12 @@ class Settings:
     # results/tuning/2026-12-03-kernel-ir-v32.txt). False rebuilds it (version 3).
     whole_pass_tile: bool = True
     # A launch of q and k tiles runs them in chunks of tokens, each chunk's q tiles then its
-    # k tiles, so that the k tiles find their tokens' table rows and positions still in L2
-    # where the q tiles loaded them; False runs every q tile, then every k tile, and at
-    # large T the k tiles read the table from DRAM again (``qk_grid``).
-    interleave_qk: bool = True
+    # k tiles, where one tensor's tiles hold at most this many times the other's tokens
+    # (0: never): every q tile then every k tile instead. On the H200 (the bench in
+    # results/h200/2026-12-03-v34/) chunks were 0.5-4.7 % faster where the two tiles'
+    # tokens are equal or 1:2 (decode, DiT, D = 256 / rotary 64) and 2-5 % slower at 1:4
+    # and 1:8 (D = 128 at large T: (1,32)/(4,8) and (2,16)/(16,2) tiles) (``qk_grid``).
+    interleave_qk_span_ratio: int = 2
 
 
 SETTINGS = Settings()
@@ -119,11 +121,12 @@ def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
 def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, int]:
     """``(programs, q_chunk, k_chunk)`` of a launch of ``plan_q``'s and ``plan_k``'s tiles:
     chunks of ``max(block_t)`` tokens, each ``q_chunk`` q tiles then ``k_chunk`` k tiles
-    (``tiles.qk_tile``; a last chunk past ``tokens`` holds wholly masked tiles); without
-    ``Settings.interleave_qk`` every q tile then every k tile, chunks ``(0, 0)``."""
-    if not SETTINGS.interleave_qk:
-        return plan_q.programs + plan_k.programs, 0, 0
+    (``tiles.qk_tile``; a last chunk past ``tokens`` holds wholly masked tiles); past
+    ``Settings.interleave_qk_span_ratio``, every q tile then every k tile, chunks
+    ``(0, 0)``."""
     span = max(plan_q.block_t, plan_k.block_t)
+    if span > SETTINGS.interleave_qk_span_ratio * min(plan_q.block_t, plan_k.block_t):
+        return plan_q.programs + plan_k.programs, 0, 0
     q_chunk = span // plan_q.block_t * plan_q.head_blocks
     k_chunk = span // plan_k.block_t * plan_k.head_blocks
     return -(-tokens // span) * (q_chunk + k_chunk), q_chunk, k_chunk

@@ -48,7 +48,8 @@ DECODE_VARIANTS = {
     "spread8": {"min_programs_per_sm": 8},
     "warp512": {"elems_per_warp": 512},
     "rebuilt": {"whole_pass_tile": False},
-    "q-then-k": {"interleave_qk": False},  # every q tile, then every k tile (version 3.2)
+    "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
+    "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
 }
 LARGE_VARIANTS = {
     "elems2048": {"elems_per_program": 2048},
@@ -58,7 +59,8 @@ LARGE_VARIANTS = {
     "warp512": {"elems_per_warp": 512},
     "warp2048": {"elems_per_warp": 2048},
     "rebuilt": {"whole_pass_tile": False},
-    "q-then-k": {"interleave_qk": False},  # every q tile, then every k tile (version 3.2)
+    "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
+    "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes

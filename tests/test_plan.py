@@ -46,22 +46,29 @@ def test_decode_widths_spread_the_rows_over_the_whole_chip():
     assert q.programs + k.programs == 20
 
 
-def test_q_and_k_tiles_of_the_same_tokens_run_in_one_chunk():
+def test_q_and_k_tiles_of_equal_or_double_tokens_run_in_chunks_of_tokens():
+    q, k = fused_plans(32768, 16, 2, 256, 64, H200)
+    assert (q.block_t, k.block_t) == (1, 2)
+    # Chunks of 2 tokens: their 8 q tiles (4 head blocks each), then their one k tile.
+    assert plan.qk_grid(32768, q, k) == (16384 * 9, 8, 1)
+
+
+def test_q_and_k_tiles_four_times_apart_run_every_q_tile_then_every_k_tile():
     q, k = fused_plans(32768, 16, 2, 128, 128, H200)
     assert (q.block_t, k.block_t) == (2, 16)
-    # Chunks of 16 tokens: their 8 q tiles, then their one k tile.
-    assert plan.qk_grid(32768, q, k) == (2048 * 9, 8, 1)
+    assert plan.qk_grid(32768, q, k) == (q.programs + k.programs, 0, 0)
 
 
 def test_a_last_chunk_past_t_is_launched_whole():
     q, k = fused_plans(21, 8, 2, 128, 128, torch.device("cpu"))
     assert (q.block_t, k.block_t) == (4, 16)
-    # Tokens 16-31 in the second chunk: q tiles for tokens 24-31 are wholly masked.
-    assert plan.qk_grid(21, q, k) == (10, 4, 1)
+    with plan.use(interleave_qk_span_ratio=4):
+        # Tokens 16-31 in the second chunk: q tiles for tokens 24-31 are wholly masked.
+        assert plan.qk_grid(21, q, k) == (10, 4, 1)
     assert q.programs + k.programs == 8
 
 
-def test_without_interleaving_every_q_tile_runs_before_every_k_tile():
-    with plan.use(interleave_qk=False):
-        q, k = fused_plans(32768, 16, 2, 128, 128, H200)
-        assert plan.qk_grid(32768, q, k) == (q.programs + k.programs, 0, 0)
+def test_a_span_ratio_of_zero_never_runs_chunks():
+    with plan.use(interleave_qk_span_ratio=0):
+        q, k = fused_plans(1, 32, 8, 128, 128, H200)
+        assert plan.qk_grid(1, q, k) == (q.programs + k.programs, 0, 0)

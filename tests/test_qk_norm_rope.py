@@ -127,7 +127,8 @@ TILE_SETTINGS = {
     "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
     "few-programs": {"min_programs_per_sm": 0.25},
     "rebuilt-tree": {"whole_pass_tile": False},
-    "q-then-k": {"interleave_qk": False},
+    "q-then-k": {"interleave_qk_span_ratio": 0},
+    "chunks-always": {"interleave_qk_span_ratio": 64},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
