@@ -108,7 +108,7 @@ def direct_runner(compiled, grid: tuple[int, int, int], tail: tuple) -> Runner:
 
 
 @contextmanager
-def recording() -> Iterator[list[tuple["KernelLaunch", list[torch.Tensor]]]]:
+def recording() -> Iterator[list[tuple["KernelLaunch", tuple[torch.Tensor, ...]]]]:
     """Collect every launch made inside the block with the tensors it read, to record its
     settings or to time it bare (``KernelLaunch.bare``)."""
     launches: list = []
