@@ -50,8 +50,8 @@ class Resolved:
 def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:
     """The cache key of a call (``tensors[0]`` the tensor it runs on), or None where it
     cannot be formed: a call with a non-tensor is validated afresh, and raises there."""
-    # Built by appending, with the options as one tuple: about half the time of one flat
-    # tuple spliced from a comprehension, on every call.
+    # Every call builds it: appended per tensor, the options kept as one tuple, rather
+    # than one flat tuple spliced from a comprehension.
     try:
         key = [op, options, tuple(map(type, options)), tensors[0].is_cuda or interpreting()]
         for x in tensors:

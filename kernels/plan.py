@@ -46,9 +46,10 @@ class Settings:
     # A launch of q and k tiles runs them in chunks of tokens, each chunk's q tiles then its
     # k tiles, where one tensor's tiles hold at most this many times the other's tokens
     # (0: never): every q tile then every k tile instead. On the H200 (the bench in
-    # results/h200/2026-12-03-v34/) chunks were 0.5-4.7 % faster where the two tiles'
-    # tokens are equal or 1:2 (decode, DiT, D = 256 / rotary 64) and 2-5 % slower at 1:4
-    # and 1:8 (D = 128 at large T: (1,32)/(4,8) and (2,16)/(16,2) tiles) (``qk_grid``).
+    # results/h200/2026-12-03-v34/) chunks were up to 4.7 % faster in 17 of 19 cells whose
+    # tiles' tokens are equal or 1:2 (decode, DiT, D = 256 / rotary 64; the other two
+    # within 0.7 %), and 1.8-5.3 % slower at T = 8192 with D = 128's 1:4 and 1:8 tiles
+    # ((1,32)/(4,8), (2,16)/(16,2)) (``qk_grid``).
     interleave_qk_span_ratio: int = 2
 
 

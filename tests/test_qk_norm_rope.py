@@ -136,7 +136,7 @@ TILE_CASES = [
     case(tokens=6, head_dim=128, rotary_dim=32, style="gptj"),
     case(tokens=5, mrope_section=(8, 12, 12), mrope_layout="interleaved"),
     case(tokens=4, head_dim=80, rotary_dim=16, dtype="float32", inplace=False),
-    # q tiles of 4 tokens, k tiles of 16: two chunks of q-then-k tiles, the second past T.
+    # q tiles of 4 tokens, k tiles of 16 ("chunks-always": two chunks, the second past T).
     case(tokens=21, heads_q=8, heads_k=2, head_dim=128, inplace=False),
 ]
 GPU_TILE_CASES = [
