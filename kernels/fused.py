@@ -167,8 +167,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
-         **({"launch_pdl": True} if pdl else {}),
-         **({"maxnreg": plan.SETTINGS.max_registers} if plan.SETTINGS.max_registers else {})},
+         **({"launch_pdl": True} if pdl else {})},
     )
 
 

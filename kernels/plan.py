@@ -51,11 +51,6 @@ class Settings:
     # within 0.7 %), and 1.8-5.3 % slower at T = 8192 with D = 128's 1:4 and 1:8 tiles
     # ((1,32)/(4,8), (2,16)/(16,2)) (``qk_grid``).
     interleave_qk_span_ratio: int = 2
-    # A cap on the fused kernel's registers per thread (Triton's ``maxnreg``), 0 for the
-    # compiler's choice: fewer registers let more programs share a multiprocessor (at four
-    # warps, 64 registers allow 8 programs, 56 allow 9, 48 allow 10, 40 allow 12), at the
-    # cost of spills where the tile does not fit.
-    max_registers: int = 0
 
 
 SETTINGS = Settings()
