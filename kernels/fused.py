@@ -18,7 +18,7 @@ import triton.language as tl
 from . import calls, plan
 from .checks import RopeCall, check_flag, check_qk_norm_rope
 from .launch import KernelLaunch, nonempty
-from .plan import TilePlan, next_pow2, plan_pair, qk_grid
+from .plan import TilePlan, next_pow2, persistent_grid, plan_pair, qk_grid
 from .tiles import (
     COMPILE_OPTIONS,
     cos_sin,
@@ -97,30 +97,63 @@ def _fused_tile(
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
+@triton.jit
+def _fused_tiles(
+    x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, first, tiles, step, n_head_blocks,
+    T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
+    stride_cs, stride_pos_axis, stride_pos_t,
+    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
+    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr, STAGES: tl.constexpr,
+):
+    """Tile ``first``, or with ``STAGES`` every ``step``-th tile from ``first`` on, the
+    loads of the next ``STAGES - 1`` in flight (Triton's software pipelining)."""
+    if STAGES:
+        for tile in tl.range(first, tiles, step, num_stages=STAGES):
+            _fused_tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, tile, n_head_blocks,
+                        T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
+                        stride_cs, stride_pos_axis, stride_pos_t,
+                        D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BT, BH)
+    else:
+        _fused_tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, first, n_head_blocks,
+                    T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
+                    stride_cs, stride_pos_axis, stride_pos_t,
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BT, BH)
+
+
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs", "k_programs",
+                               "q_persistent"])
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, eps, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks,
+    q_programs, k_programs, q_head_blocks, k_head_blocks, q_persistent,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    QC: tl.constexpr, KC: tl.constexpr,
+    QC: tl.constexpr, KC: tl.constexpr, STAGES: tl.constexpr,
 ):
-    is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
-    if is_q:
-        _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
-                    T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
-                    stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
+    pid = tl.program_id(0)
+    if STAGES:
+        # Persistent: the first q_persistent programs take the q tiles, the rest the k tiles.
+        is_q = pid < q_persistent
+        first = tl.where(is_q, pid, pid - q_persistent)
+        step = tl.where(is_q, q_persistent, tl.num_programs(0) - q_persistent)
     else:
-        _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tile,
-                    k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
-                    stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
+        is_q, first = qk_tile(pid, q_programs, QC, KC)
+        step = 1
+    if is_q:
+        _fused_tiles(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, first, q_programs, step,
+                     q_head_blocks, T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot,
+                     stride_qoh, stride_cs, stride_pos_axis, stride_pos_t,
+                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ, STAGES)
+    else:
+        _fused_tiles(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, first, k_programs, step,
+                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
+                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
+                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK, STAGES)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -152,7 +185,11 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     HK = call.k.shape[1]
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
-    programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
+    persistent = persistent_grid(plan_q, plan_k, q.device)
+    if persistent:
+        programs, q_chunk, k_chunk = sum(persistent), 0, 0
+    else:
+        programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
     return KernelLaunch(
         qk_norm_rope_kernel, (programs,),
         (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
@@ -161,10 +198,12 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
          qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
+         plan_q.programs, plan_k.programs, plan_q.head_blocks, plan_k.head_blocks,
+         persistent[0] if persistent else 0,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
+         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
+         plan.SETTINGS.persistent_stages if persistent else 0),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl else {}),

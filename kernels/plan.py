@@ -51,6 +51,13 @@ class Settings:
     # within 0.7 %), and 1.8-5.3 % slower at T = 8192 with D = 128's 1:4 and 1:8 tiles
     # ((1,32)/(4,8), (2,16)/(16,2)) (``qk_grid``).
     interleave_qk_span_ratio: int = 2
+    # Persistent programs: past this many tiles per program, each program loops over its
+    # tensor's tiles with a grid stride, and Triton prefetches the tiles ahead into shared
+    # memory by asynchronous copies, ``persistent_stages`` deep (0: one tile per program).
+    persistent_stages: int = 0
+    # Resident warps a multiprocessor gets in a persistent launch.
+    persistent_warps_per_sm: int = 16
+    persistent_min_tiles_per_program: int = 2
     # A cap on the fused kernel's registers per thread (Triton's ``maxnreg``), 0 for the
     # compiler's choice: fewer registers let more programs share a multiprocessor (at four
     # warps, 64 registers allow 8 programs, 56 allow 9, 48 allow 10, 40 allow 12), at the
@@ -136,6 +143,21 @@ def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, 
     q_chunk = span // plan_q.block_t * plan_q.head_blocks
     k_chunk = span // plan_k.block_t * plan_k.head_blocks
     return -(-tokens // span) * (q_chunk + k_chunk), q_chunk, k_chunk
+
+
+def persistent_grid(plan_q: TilePlan, plan_k: TilePlan,
+                    device: torch.device) -> tuple[int, int] | None:
+    """``(q programs, k programs)`` of a persistent launch of ``plan_q``'s and ``plan_k``'s
+    tiles, sharing the programs by tile counts, or None where each program takes one tile
+    (``Settings.persistent_stages``; the interpreter counts as one multiprocessor)."""
+    s = SETTINGS
+    tiles = plan_q.programs + plan_k.programs
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
+    total = max(2, s.persistent_warps_per_sm // max(plan_q.num_warps, plan_k.num_warps) * sms)
+    if not s.persistent_stages or tiles < total * s.persistent_min_tiles_per_program:
+        return None
+    q = min(plan_q.programs - 1, max(1, round(total * plan_q.programs / tiles)))
+    return q, min(plan_k.programs, total - q)
 
 
 @cache
