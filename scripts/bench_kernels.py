@@ -61,10 +61,6 @@ LARGE_VARIANTS = {
     "rebuilt": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
     "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
-    # Register caps: more programs per multiprocessor against spills (scripts/kernel_ir.py).
-    "regs56": {"max_registers": 56},
-    "regs48": {"max_registers": 48},
-    "regs40": {"max_registers": 40},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes
