@@ -61,6 +61,12 @@ LARGE_VARIANTS = {
     "rebuilt": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
     "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
+    # Persistent programs, the next tiles prefetched into shared memory (stages deep), so
+    # many resident warps per multiprocessor.
+    "pipe2w16": {"persistent_stages": 2, "persistent_warps_per_sm": 16},
+    "pipe2w24": {"persistent_stages": 2, "persistent_warps_per_sm": 24},
+    "pipe3w16": {"persistent_stages": 3, "persistent_warps_per_sm": 16},
+    "pipe3w8": {"persistent_stages": 3, "persistent_warps_per_sm": 8},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes
