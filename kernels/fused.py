@@ -44,7 +44,7 @@ def _fused_tile(
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr, DIAG: tl.constexpr = 0,
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
@@ -54,8 +54,13 @@ def _fused_tile(
 
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
-    c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
+    if DIAG == -1:
+        c = tl.full((BT, BH, R2), 1.0, tl.float32)
+        s = tl.full((BT, BH, R2), 0.0, tl.float32)
+        valid = (t >= 0)[:, None, None]
+    else:
+        c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+                              stride_pos_axis, stride_pos_t, R2, MROPE, BH)
     i1, i2 = pair_offsets(R2, NEOX)
     w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
     w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
@@ -88,6 +93,8 @@ def _fused_tile(
         blocks = blocks + tl.where(first, sumsq[:, :, None], 0.0)
         sumsq = tl.reshape(pairwise_sum(blocks, DB // R, 1, BT, BH), (BT, BH))
     rstd = inv_rms(sumsq, D, eps)
+    if DIAG == -2:
+        rstd = tl.full((BT, BH), 1.0, tl.float32)
 
     y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
     y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
@@ -108,7 +115,7 @@ def _fused_tiles(
 ):
     """Tile ``first``, or with ``STAGES`` every ``step``-th tile from ``first`` on, the
     loads of the next ``STAGES - 1`` in flight (Triton's software pipelining)."""
-    if STAGES:
+    if STAGES > 0:
         for tile in tl.range(first, tiles, step, num_stages=STAGES):
             _fused_tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, tile, n_head_blocks,
                         T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
@@ -118,7 +125,7 @@ def _fused_tiles(
         _fused_tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, first, n_head_blocks,
                     T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BT, BH)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BT, BH, STAGES)
 
 
 @triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs", "k_programs",
@@ -136,7 +143,7 @@ def qk_norm_rope_kernel(
     QC: tl.constexpr, KC: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    if STAGES:
+    if STAGES > 0:
         # Persistent: the first q_persistent programs take the q tiles, the rest the k tiles.
         is_q = pid < q_persistent
         first = tl.where(is_q, pid, pid - q_persistent)
@@ -203,7 +210,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
-         plan.SETTINGS.persistent_stages if persistent else 0),
+         plan.SETTINGS.persistent_stages if persistent or plan.SETTINGS.persistent_stages < 0 else 0),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl else {}),

@@ -154,7 +154,7 @@ def persistent_grid(plan_q: TilePlan, plan_k: TilePlan,
     tiles = plan_q.programs + plan_k.programs
     sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
     total = max(2, s.persistent_warps_per_sm // max(plan_q.num_warps, plan_k.num_warps) * sms)
-    if not s.persistent_stages or tiles < total * s.persistent_min_tiles_per_program:
+    if s.persistent_stages <= 0 or tiles < total * s.persistent_min_tiles_per_program:
         return None
     q = min(plan_q.programs - 1, max(1, round(total * plan_q.programs / tiles)))
     return q, min(plan_k.programs, total - q)
