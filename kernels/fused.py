@@ -108,8 +108,23 @@ def qk_norm_rope_kernel(
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    QC: tl.constexpr, KC: tl.constexpr,
+    QC: tl.constexpr, KC: tl.constexpr, JOINT: tl.constexpr,
 ):
+    if JOINT:
+        # One program per chunk of tokens: its q tiles, then its k tiles, whose table rows
+        # the q tiles have just brought into this multiprocessor's L1.
+        chunk = tl.program_id(0)
+        for j in range(QC):
+            _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, chunk * QC + j,
+                        q_head_blocks, T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot,
+                        stride_qoh, stride_cs, stride_pos_axis, stride_pos_t,
+                        D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
+        for j in range(KC):
+            _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, chunk * KC + j,
+                        k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
+                        stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
+                        D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
+        return
     is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
     if is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
@@ -131,8 +146,11 @@ def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
     without PDL only: a PDL launch keeps the larger programs (``Settings``)."""
     partial = rotary_dim < head_dim and not pdl
     width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
-    return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
-                     plan.SETTINGS.partial_elems_per_program if partial else None)
+    plan_q, plan_k = plan_pair(tokens, heads_q, heads_k, width, element_size, device,
+                               plan.SETTINGS.partial_elems_per_program if partial else None)
+    if plan.SETTINGS.joint_qk:
+        plan_k = plan.plan_beside(tokens, heads_k, plan_q)
+    return plan_q, plan_k
 
 
 def check_pdl(pdl: object, device: torch.device) -> bool:
@@ -152,7 +170,8 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     HK = call.k.shape[1]
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
-    programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
+    joint = plan.SETTINGS.joint_qk
+    programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k, joint)
     return KernelLaunch(
         qk_norm_rope_kernel, (programs,),
         (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
@@ -164,11 +183,11 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
+         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
+         joint),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
-         **({"launch_pdl": True} if pdl else {}),
-         **({"maxnreg": plan.SETTINGS.max_registers} if plan.SETTINGS.max_registers else {})},
+         **({"launch_pdl": True} if pdl else {})},
     )
 
 

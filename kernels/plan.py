@@ -51,11 +51,9 @@ class Settings:
     # within 0.7 %), and 1.8-5.3 % slower at T = 8192 with D = 128's 1:4 and 1:8 tiles
     # ((1,32)/(4,8), (2,16)/(16,2)) (``qk_grid``).
     interleave_qk_span_ratio: int = 2
-    # A cap on the fused kernel's registers per thread (Triton's ``maxnreg``), 0 for the
-    # compiler's choice: fewer registers let more programs share a multiprocessor (at four
-    # warps, 64 registers allow 8 programs, 56 allow 9, 48 allow 10, 40 allow 12), at the
-    # cost of spills where the tile does not fit.
-    max_registers: int = 0
+    # The fused launch runs each chunk of tokens in one program, its q tiles then its k
+    # tiles, so that the k tiles find the chunk's table rows just loaded (``qk_grid``).
+    joint_qk: bool = False
 
 
 SETTINGS = Settings()
@@ -124,18 +122,30 @@ def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
     return TilePlan(bt, bh, -(-heads // bh), programs(bt, bh), warps)
 
 
-def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, int]:
+def plan_beside(tokens: int, heads: int, like: TilePlan) -> TilePlan:
+    """Tiles of ``like.block_t`` tokens and at most ``like.block_h`` heads: the k tiles that
+    ride in the q tiles' programs of a joint launch (``Settings.joint_qk``)."""
+    bh = _head_block(heads, like.block_h, SETTINGS.max_head_padding)
+    return TilePlan(like.block_t, bh, -(-heads // bh),
+                    -(-tokens // like.block_t) * -(-heads // bh), like.num_warps)
+
+
+def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan,
+            joint: bool = False) -> tuple[int, int, int]:
     """``(programs, q_chunk, k_chunk)`` of a launch of ``plan_q``'s and ``plan_k``'s tiles:
     chunks of ``max(block_t)`` tokens, each ``q_chunk`` q tiles then ``k_chunk`` k tiles
     (``tiles.qk_tile``; a last chunk past ``tokens`` holds wholly masked tiles); past
     ``Settings.interleave_qk_span_ratio``, every q tile then every k tile, chunks
-    ``(0, 0)``."""
+    ``(0, 0)``. ``joint``: one program per chunk."""
     span = max(plan_q.block_t, plan_k.block_t)
-    if span > SETTINGS.interleave_qk_span_ratio * min(plan_q.block_t, plan_k.block_t):
-        return plan_q.programs + plan_k.programs, 0, 0
     q_chunk = span // plan_q.block_t * plan_q.head_blocks
     k_chunk = span // plan_k.block_t * plan_k.head_blocks
-    return -(-tokens // span) * (q_chunk + k_chunk), q_chunk, k_chunk
+    chunks = -(-tokens // span)
+    if joint:
+        return chunks, q_chunk, k_chunk
+    if span > SETTINGS.interleave_qk_span_ratio * min(plan_q.block_t, plan_k.block_t):
+        return plan_q.programs + plan_k.programs, 0, 0
+    return chunks * (q_chunk + k_chunk), q_chunk, k_chunk
 
 
 @cache

@@ -50,6 +50,7 @@ DECODE_VARIANTS = {
     "rebuilt": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
     "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
+    "joint": {"joint_qk": True},  # one program per chunk of tokens
 }
 LARGE_VARIANTS = {
     "elems2048": {"elems_per_program": 2048},
@@ -61,10 +62,10 @@ LARGE_VARIANTS = {
     "rebuilt": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
     "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
-    # Register caps: more programs per multiprocessor against spills (scripts/kernel_ir.py).
-    "regs56": {"max_registers": 56},
-    "regs48": {"max_registers": 48},
-    "regs40": {"max_registers": 40},
+    # One program per chunk of tokens, its q tiles then its k tiles.
+    "joint": {"joint_qk": True},
+    "joint2048": {"joint_qk": True, "elems_per_program": 2048},
+    "joint8192": {"joint_qk": True, "elems_per_program": 8192},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes
