@@ -51,6 +51,10 @@ class Settings:
     # within 0.7 %), and 1.8-5.3 % slower at T = 8192 with D = 128's 1:4 and 1:8 tiles
     # ((1,32)/(4,8), (2,16)/(16,2)) (``qk_grid``).
     interleave_qk_span_ratio: int = 2
+    # The fused kernel's L2 eviction hints (Triton's ``eviction_policy``, "" for none): for
+    # the rows it streams once, and for the table rows that the k tiles read again.
+    rows_eviction: str = ""
+    table_eviction: str = ""
 
 
 SETTINGS = Settings()

@@ -40,27 +40,12 @@ GOALS_SHARE = {  # geometry -> share of copy the fused route must reach at T >= 
     "dit-24x24": 0.90,
 }
 # Plan settings tried beside the default (kernels.plan.Settings fields).
-DECODE_VARIANTS = {
-    "rows1": {"min_bytes_per_thread": 0},  # one row per program where the chip asks for it
-    "spread1": {"min_programs_per_sm": 1},
-    "spread1/4": {"min_programs_per_sm": 0.25},
-    # Two rows per one-warp program at T = 64 (32,8), as (16,2) gets by default there.
-    "spread8": {"min_programs_per_sm": 8},
-    "warp512": {"elems_per_warp": 512},
-    "rebuilt": {"whole_pass_tile": False},
-    "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
-    "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
-}
-LARGE_VARIANTS = {
-    "elems2048": {"elems_per_program": 2048},
-    # Partial rotary with version 3.2's two-warp programs of 8 rows (the default before).
-    "partial4096": {"partial_elems_per_program": 4096},
-    "elems8192": {"elems_per_program": 8192},
-    "warp512": {"elems_per_warp": 512},
-    "warp2048": {"elems_per_warp": 2048},
-    "rebuilt": {"whole_pass_tile": False},
-    "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
-    "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
+DECODE_VARIANTS = {}  # this run: none
+LARGE_VARIANTS = {  # this run: the L2 eviction hints only
+    # L2 eviction hints: the streamed rows first out, the table rows kept.
+    "hints": {"rows_eviction": "evict_first", "table_eviction": "evict_last"},
+    "table-last": {"table_eviction": "evict_last"},
+    "rows-first": {"rows_eviction": "evict_first"},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes
