@@ -45,6 +45,7 @@ def _fused_tile(
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr, ROWS_EVICT: tl.constexpr, TABLE_EVICT: tl.constexpr,
+    TABLE_ASM: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
@@ -55,7 +56,8 @@ def _fused_tile(
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, R2, MROPE, BH, TABLE_EVICT)
+                          stride_pos_axis, stride_pos_t, R2, MROPE, BH, TABLE_EVICT,
+                          TABLE_ASM)
     i1, i2 = pair_offsets(R2, NEOX)
     w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
     w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
@@ -111,6 +113,7 @@ def qk_norm_rope_kernel(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr, ROWS_EVICT: tl.constexpr, TABLE_EVICT: tl.constexpr,
+    TABLE_ASM: tl.constexpr,
 ):
     is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
     if is_q:
@@ -118,13 +121,13 @@ def qk_norm_rope_kernel(
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ, ROWS_EVICT,
-                    TABLE_EVICT)
+                    TABLE_EVICT, TABLE_ASM)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tile,
                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK, ROWS_EVICT,
-                    TABLE_EVICT)
+                    TABLE_EVICT, TABLE_ASM)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -149,6 +152,18 @@ def check_pdl(pdl: object, device: torch.device) -> bool:
     return pdl and device.type == "cuda"
 
 
+def table_asm(call: RopeCall) -> int:
+    """``Settings.table_asm`` where the call allows it (an fp32 table on a CUDA device,
+    no MRoPE, rows and channels in whole 16-byte groups for the vector loads), else 0."""
+    asm = plan.SETTINGS.table_asm
+    cache = call.cos_sin_cache
+    if (not asm or not call.q.is_cuda or cache.dtype != torch.float32
+            or call.axis_map is not None or (call.rotary_dim // 2) % asm
+            or cache.stride(0) % asm or cache.stride(1) != 1):
+        return 0
+    return asm
+
+
 def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
                  plans: tuple[TilePlan, TilePlan]) -> KernelLaunch:
     """The fused kernel's launch for a validated call."""
@@ -169,7 +184,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
-         plan.SETTINGS.rows_eviction, plan.SETTINGS.table_eviction),
+         plan.SETTINGS.rows_eviction, plan.SETTINGS.table_eviction, table_asm(call)),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl else {})},

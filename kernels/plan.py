@@ -55,6 +55,10 @@ class Settings:
     # the rows it streams once, and for the table rows that the k tiles read again.
     rows_eviction: str = ""
     table_eviction: str = ""
+    # The fused kernel's table loads as pure inline asm (``fused.table_asm``): 0 (Triton's
+    # loads), 1 (one per element) or 4 (16-byte vectors); the compiler then merges the
+    # heads' copies of one token's row.
+    table_asm: int = 0
 
 
 SETTINGS = Settings()

@@ -35,7 +35,7 @@ def _rope_tile(
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
     # The table rows first: they wait on a dependent load of the positions.
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, R2, MROPE, BH, "")
+                          stride_pos_axis, stride_pos_t, R2, MROPE, BH, "", 0)
     x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, "")
     o1, o2 = rotate(x1, x2, c, s, valid)
     dtype = o_ptr.dtype.element_ty

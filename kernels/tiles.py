@@ -135,7 +135,7 @@ def pairs_sumsq(x1, x2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
 @triton.jit
 def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis,
             stride_pos_t, R2: tl.constexpr, MROPE: tl.constexpr, BH: tl.constexpr,
-            EVICT: tl.constexpr = ""):
+            EVICT: tl.constexpr = "", ASM: tl.constexpr = 0):
     """The fp32 cosine and sine tiles ``[BT, BH, R2]`` for tokens ``t`` (the same row for
     every head), and whether each lane's position lies in ``[0, max_pos)`` (an invalid
     lane reads nothing).
@@ -170,9 +170,27 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
                + i[None, None, :] + heads)
         m = (t_mask & valid)[:, None, None] & (heads == 0)
         valid = valid[:, None, None]
-    c = tl.load(row, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
-    s = tl.load(row + R2, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    if ASM:
+        # Every address is a row of the table (an invalid position reads row 0), so the
+        # loads need no mask; as pure asm, the compiler merges the heads' identical loads.
+        c = _table_load(row, ASM)
+        s = _table_load(row + R2, ASM)
+    else:
+        c = tl.load(row, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        s = tl.load(row + R2, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
     return c, s, valid
+
+
+@triton.jit
+def _table_load(ptr, ASM: tl.constexpr):
+    """fp32 loads by non-coherent inline asm: one per element (``ASM == 1``), or 16 bytes
+    per 4 elements, taken to be 4 consecutive channels of one row (``ASM == 4``)."""
+    if ASM == 4:
+        return tl.inline_asm_elementwise(
+            "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,l,l,l", [ptr],
+            dtype=tl.float32, is_pure=True, pack=4)
+    return tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l", [ptr],
+                                     dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit

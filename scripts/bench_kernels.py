@@ -40,12 +40,19 @@ GOALS_SHARE = {  # geometry -> share of copy the fused route must reach at T >= 
     "dit-24x24": 0.90,
 }
 # Plan settings tried beside the default (kernels.plan.Settings fields).
-DECODE_VARIANTS = {}  # this run: none
+DECODE_VARIANTS = {  # this run: the table loads only
+    "asm1": {"table_asm": 1},
+    "asm4": {"table_asm": 4},
+}
 LARGE_VARIANTS = {  # this run: the L2 eviction hints only
     # L2 eviction hints: the streamed rows first out, the table rows kept.
     "hints": {"rows_eviction": "evict_first", "table_eviction": "evict_last"},
     "table-last": {"table_eviction": "evict_last"},
     "rows-first": {"rows_eviction": "evict_first"},
+    # The table loads as pure asm, merged across heads.
+    "asm1": {"table_asm": 1},
+    "asm4": {"table_asm": 4},
+    "asm4+hints": {"table_asm": 4, "rows_eviction": "evict_first"},
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes

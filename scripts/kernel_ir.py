@@ -109,7 +109,7 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
                 PDL=pdl, WHOLE=whole, BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
-                BHK=plan_k.block_h, ROWS_EVICT="", TABLE_EVICT="")
+                BHK=plan_k.block_h, ROWS_EVICT="", TABLE_EVICT="", TABLE_ASM=0)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
     return f"{label}: {tiles}, {warps} warps", qk_norm_rope_kernel, args, warps
