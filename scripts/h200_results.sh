@@ -25,8 +25,7 @@
 # DiT); after chunks were kept to q and k tiles at most 1:2 apart in tokens, `v34c` (every
 # protocol but DiT, whose tiles did not change); on 2026-12-04, with the kernels unchanged,
 # `v34d` (prefill and DiT with every route, the baselines included, and text-decode again).
-# A sweep cut by the call's limit resumes with the same
-# arguments and `--resume`.
+# A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
 export QKBENCH_GIT_DIRTY=0
@@ -35,6 +34,7 @@ sweep='qkbench sweep --device cuda'
 every='--route split --route fused --route eager --route compiled --isolation inprocess'
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
+textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c or v34d} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
@@ -67,21 +67,21 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c or v3
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 90 > $WORK/bench/table.txt 2>&1; rc=$?; tail -40 $WORK/bench/table.txt; exit $rc' ;;
     v34b) bash "$here/gpu_jobs.sh" \
         "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill.json.gz" \
-        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" \
+        "$textdecode" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold.json.gz" \
         "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol dit --route split --route fused --isolation inprocess $large --out \$WORK/dit.json.gz" \
         "$sweep --protocol qwen3vl-mrope --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3vl-mrope.json.gz" ;;
     v34c) bash "$here/gpu_jobs.sh" \
         "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill.json.gz" \
-        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" \
+        "$textdecode" \
         "$sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3-decode.json.gz" \
         "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold.json.gz" \
         "$sweep --protocol qwen3vl-mrope --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3vl-mrope.json.gz" ;;
     v34d) bash "$here/gpu_jobs.sh" \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill-every.json.gz" \
         "$sweep --protocol dit $every $large --out \$WORK/dit-every.json.gz" \
-        "$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" ;;
+        "$textdecode" ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
         'qkbench calibrate --device cuda --protocol qwen3-decode --planted 32 --out $WORK' \
