@@ -55,6 +55,8 @@ def _fused_tile(
 
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
+    if TABLE_ASM == 7:
+        x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, ROWS_EVICT, True)
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
                           stride_pos_axis, stride_pos_t, R2, MROPE, BH, TABLE_EVICT,
                           TABLE_ASM)
@@ -68,14 +70,15 @@ def _fused_tile(
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
-    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, ROWS_EVICT)  # [BT, BH, R2] each
+    if TABLE_ASM != 7:
+        x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, ROWS_EVICT, TABLE_ASM >= 5)
     if R < D:
         # [BT, BH, DB]: the whole row, or only its pass-through channels (zero elsewhere).
         d = tl.arange(0, DB)[None, None, :]
         pass_mask = mask & (d >= R) & (d < D)
         load_mask = (mask & (d < D)) if WHOLE else pass_mask
         xp = tl.load(x_row + d, mask=load_mask, other=0.0,
-                     eviction_policy=ROWS_EVICT).to(tl.float32)
+                     eviction_policy=ROWS_EVICT, volatile=TABLE_ASM >= 5).to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     if WHOLE and R < D:
@@ -157,9 +160,10 @@ def table_asm(call: RopeCall) -> int:
     no MRoPE, rows and channels in whole 16-byte groups for the vector loads), else 0."""
     asm = plan.SETTINGS.table_asm
     cache = call.cos_sin_cache
+    width = 1 if asm in (1, 5) else 4  # elements per table load
     if (not asm or not call.q.is_cuda or cache.dtype != torch.float32
-            or call.axis_map is not None or (call.rotary_dim // 2) % asm
-            or cache.stride(0) % asm or cache.stride(1) != 1):
+            or call.axis_map is not None or (call.rotary_dim // 2) % width
+            or cache.stride(0) % width or cache.stride(1) != 1):
         return 0
     return asm
 

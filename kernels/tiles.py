@@ -86,7 +86,7 @@ def pair_offsets(R2: tl.constexpr, NEOX: tl.constexpr):
 
 @triton.jit
 def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
-               BH: tl.constexpr, EVICT: tl.constexpr = ""):
+               BH: tl.constexpr, EVICT: tl.constexpr = "", VOL: tl.constexpr = False):
     """The rotary pairs of each row as two ``[BT, BH, R2]`` tiles, each channel read once.
 
     neox loads the two contiguous halves; gptj loads the rotary span once and splits its
@@ -94,11 +94,11 @@ def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexp
     """
     if NEOX:
         i = tl.arange(0, R2)[None, None, :]
-        x1 = tl.load(base + i, mask=mask, other=0.0, eviction_policy=EVICT)
-        x2 = tl.load(base + R2 + i, mask=mask, other=0.0, eviction_policy=EVICT)
+        x1 = tl.load(base + i, mask=mask, other=0.0, eviction_policy=EVICT, volatile=VOL)
+        x2 = tl.load(base + R2 + i, mask=mask, other=0.0, eviction_policy=EVICT, volatile=VOL)
     else:
         j = tl.arange(0, 2 * R2)[None, None, :]
-        x = tl.load(base + j, mask=mask, other=0.0, eviction_policy=EVICT)
+        x = tl.load(base + j, mask=mask, other=0.0, eviction_policy=EVICT, volatile=VOL)
         x1, x2 = tl.split(tl.reshape(x, (BT, BH, R2, 2)))
     return x1, x2
 
@@ -163,14 +163,24 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
         row, m, valid = row[:, None, :], m[:, None, :], valid[:, None, :]
     else:
         pos = tl.load(pos_ptr + t.to(tl.int64) * stride_pos_t, mask=t_mask,
-                      other=0).to(tl.int64)
+                      other=0, volatile=ASM == 5).to(tl.int64)
         valid = (pos >= 0) & (pos < max_pos)  # [BT]
         heads = tl.zeros((1, BH, 1), tl.int64)
         row = (cs_ptr + (tl.where(valid, pos, 0) * stride_cs)[:, None, None]
                + i[None, None, :] + heads)
         m = (t_mask & valid)[:, None, None] & (heads == 0)
         valid = valid[:, None, None]
-    if ASM:
+    if ASM == 5:
+        c = tl.load(row, mask=m, other=0.0, volatile=True).to(tl.float32)
+        s = tl.load(row + R2, mask=m, other=0.0, volatile=True).to(tl.float32)
+    elif ASM >= 6:
+        c = tl.inline_asm_elementwise(
+            "ld.volatile.global.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,l,l,l", [row],
+            dtype=tl.float32, is_pure=True, pack=4)
+        s = tl.inline_asm_elementwise(
+            "ld.volatile.global.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,l,l,l", [row + R2],
+            dtype=tl.float32, is_pure=True, pack=4)
+    elif ASM:
         # Every address is a row of the table (an invalid position reads row 0), so the
         # loads need no mask; as pure asm, the compiler merges the heads' identical loads.
         c = _table_load(row, ASM)

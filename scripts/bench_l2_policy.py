@@ -26,10 +26,13 @@ from bench_kernels import Shape, call, identical, launcher
 
 ARMS = {
     "default": {}, "default-again": {},
-    "table-last": {"table_eviction": "evict_last"},
-    "hints": {"rows_eviction": "evict_first", "table_eviction": "evict_last"},
-    "asm1": {"table_asm": 1},
+    # The table loads as pure asm, merged across heads (non-coherent, after the reduction).
     "asm4": {"table_asm": 4},
+    # Volatile table and row loads, the table's first: ptxas must issue the table loads
+    # before the rows' (so before the reduction), after the position load.
+    "vol4": {"table_asm": 6},
+    # The rows' volatile loads first, then the table's (ptxas sinks them past the reduction).
+    "rows-vol4": {"table_asm": 7},
 }
 PROBE_BYTES = {"cuda": 12 << 20, "cpu": 1 << 20}
 
@@ -44,7 +47,8 @@ def shapes(quick: bool) -> list[Shape]:
                   Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
                   Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
     out = [Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973)]
-    return out + [Shape(g, t, 40960) for t in (32768, 8192, 2048) for g in geometries]
+    out += [Shape(g, t, 40960) for t in (32768, 8192, 2048) for g in geometries]
+    return out + [Shape(g, t) for t in (64, 1) for g in geometries]
 
 
 def measure_shape(backend, shape: Shape, rounds: int, visit: int, inner: int) -> dict:
