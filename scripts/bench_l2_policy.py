@@ -1,5 +1,5 @@
-"""Time the fused kernel's L2 policies against its default in one interleaved schedule,
-with a null arm and a probe of what each leaves in L2 for the next kernel.
+"""Time the fused kernel's plan settings and position patterns against its default in one
+interleaved schedule, with a null arm and a probe of what each leaves in L2 for the next kernel.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 16]
 
@@ -17,6 +17,7 @@ import json
 import os
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -24,15 +25,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import Shape, call, identical, launcher
 
-ARMS = {
-    "default": {}, "default-again": {},
-    # The table loads as pure asm, merged across heads (non-coherent, after the reduction).
-    "asm4": {"table_asm": 4},
-    # Volatile table and row loads, the table's first: ptxas must issue the table loads
-    # before the rows' (so before the reduction), after the position load.
-    "vol4": {"table_asm": 6},
-    # The rows' volatile loads first, then the table's (ptxas sinks them past the reduction).
-    "rows-vol4": {"table_asm": 7},
+ARMS = {  # name -> (plan settings, positions: "uniform" as drawn, or a pattern)
+    "default": ({}, "uniform"), "default-again": ({}, "uniform"),
+    # One sequence's prefill: positions 0, 1, ..., T - 1 (modulo the table).
+    "sequential": ({}, "sequential"),
+    # A batch of 8 sequences of T / 8 tokens, each from position 0.
+    "batch8": ({}, "batch8"),
 }
 PROBE_BYTES = {"cuda": 12 << 20, "cpu": 1 << 20}
 
@@ -47,8 +45,17 @@ def shapes(quick: bool) -> list[Shape]:
                   Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
                   Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
     out = [Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973)]
-    out += [Shape(g, t, 40960) for t in (32768, 8192, 2048) for g in geometries]
-    return out + [Shape(g, t) for t in (64, 1) for g in geometries]
+    return out + [Shape(g, t, 40960) for t in (32768, 8192, 2048) for g in geometries]
+
+
+def positions(drawn: torch.Tensor, pattern: str, max_position: int) -> torch.Tensor:
+    """The positions of an arm: ``drawn`` (uniform over the table), or in a pattern."""
+    if pattern == "uniform":
+        return drawn
+    t = torch.arange(drawn.numel(), device=drawn.device, dtype=drawn.dtype)
+    if pattern == "batch8":
+        t = t % max(1, drawn.numel() // 8)
+    return (t % max_position).view(drawn.shape)
 
 
 def measure_shape(backend, shape: Shape, rounds: int, visit: int, inner: int) -> dict:
@@ -58,12 +65,14 @@ def measure_shape(backend, shape: Shape, rounds: int, visit: int, inner: int) ->
     g = shape.geometry
     inputs = make_inputs(Case(g, shape.tokens, max_position=shape.max_position), 0,
                          backend.device)
-    split_out = call(qk_norm_rope_split, inputs, g.inplace)
     graphs, bits = [], {}
-    for label, settings in ARMS.items():
+    for label, (settings, pattern) in ARMS.items():
+        arm_inputs = replace(inputs, positions=positions(inputs.positions, pattern,
+                                                          shape.max_position))
+        split_out = call(qk_norm_rope_split, arm_inputs, g.inplace)
         with plan.use(**settings):
-            bits[label] = identical(call(qk_norm_rope, inputs, g.inplace), split_out)
-            launch = launcher(qk_norm_rope, inputs, g.inplace)
+            bits[label] = identical(call(qk_norm_rope, arm_inputs, g.inplace), split_out)
+            launch = launcher(qk_norm_rope, arm_inputs, g.inplace)
             launch()
             graphs.append(backend.prepare([launch], inner, label))
     src = torch.rand(PROBE_BYTES[backend.device.type] // 4, device=backend.device)
