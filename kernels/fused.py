@@ -128,11 +128,14 @@ def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
                 pdl: bool = False) -> tuple[TilePlan, TilePlan]:
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
     rotary, a natural-width pass-through tile). Partial rotary takes its own program size
-    without PDL only: a PDL launch keeps the larger programs (``Settings``)."""
+    without PDL only: a PDL launch keeps the larger programs; past the L2, k tiles of few
+    tokens (``Settings``)."""
     partial = rotary_dim < head_dim and not pdl
     width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
+    rows = tokens * (heads_q + heads_k) * head_dim * element_size
+    k_ratio = plan.SETTINGS.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
     return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
-                     plan.SETTINGS.partial_elems_per_program if partial else None)
+                     plan.SETTINGS.partial_elems_per_program if partial else None, k_ratio)
 
 
 def check_pdl(pdl: object, device: torch.device) -> bool:

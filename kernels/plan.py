@@ -51,6 +51,17 @@ class Settings:
     # within 0.7 %), and 1.8-5.3 % slower at T = 8192 with D = 128's 1:4 and 1:8 tiles
     # ((1,32)/(4,8), (2,16)/(16,2)) (``qk_grid``).
     interleave_qk_span_ratio: int = 2
+    # Past the L2 (q's and k's rows together larger than the device's L2), the fused
+    # launch cuts its k tiles to at most this many times a q tile's tokens, so that GQA's
+    # k tiles run in chunks beside the q tiles of the same tokens (``qk_grid``) and find
+    # those tokens' table rows still in L2 instead of reading them from DRAM again (0:
+    # never). On the H200 (results/tuning/2026-12-04-h200/l2policy-c166204, a null arm
+    # within 0.7 % but at one cell): (32,8) x 128 1.4-3.4 % faster at T = 8192-65536 and
+    # (16,2) x 128 3.2-4.9 % at T = 16384-65536; below the L2, whose rows stay there
+    # between launches, the same tiles were 1.8-9.6 % slower at T = 512-8192.
+    k_token_ratio_past_l2: int = 2
+    # The L2 size that ``past_l2`` compares with (0: the device's own; the CPU has none).
+    l2_bytes: int = 0
 
 
 SETTINGS = Settings()
@@ -138,6 +149,19 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@cache
+def _l2_bytes(index: int) -> int:
+    return torch.cuda.get_device_properties(index).L2_cache_size
+
+
+def past_l2(nbytes: int, device: torch.device) -> bool:
+    """Whether ``nbytes`` exceed the L2 of ``device`` (``Settings.l2_bytes`` where set; a
+    CPU has no L2 to pass)."""
+    if SETTINGS.l2_bytes:
+        return nbytes > SETTINGS.l2_bytes
+    return device.type == "cuda" and nbytes > _l2_bytes(device.index or 0)
+
+
 def min_programs(device: torch.device) -> int:
     """The program count below which a launch on ``device`` spreads its rows thinner.
 
@@ -149,11 +173,16 @@ def min_programs(device: torch.device) -> int:
 
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,
-              device: torch.device,
-              elems_per_program: int | None = None) -> tuple[TilePlan, TilePlan]:
-    """Plans for the q and the k rows of one launch, sharing the chip by their row counts."""
+              device: torch.device, elems_per_program: int | None = None,
+              k_token_ratio: int = 0) -> tuple[TilePlan, TilePlan]:
+    """Plans for the q and the k rows of one launch, sharing the chip by their row counts;
+    with ``k_token_ratio``, k tiles of at most that many times a q tile's tokens."""
     total = min_programs(device)
     share_q = -(-total * heads_q // (heads_q + heads_k))
-    return (plan_tiles(tokens, heads_q, width, element_size, share_q, elems_per_program),
-            plan_tiles(tokens, heads_k, width, element_size, max(1, total - share_q),
-                       elems_per_program))
+    plan_q = plan_tiles(tokens, heads_q, width, element_size, share_q, elems_per_program)
+    k_elems = elems_per_program
+    if k_token_ratio:
+        k_elems = min(elems_per_program or SETTINGS.elems_per_program,
+                      plan_q.block_t * k_token_ratio * next_pow2(heads_k) * width)
+    return plan_q, plan_tiles(tokens, heads_k, width, element_size, max(1, total - share_q),
+                              k_elems)

@@ -88,6 +88,8 @@ def on_h200(device) -> int:
 
 
 plan.min_programs = sys.modules["qkbench.kernels.rms_norm"].min_programs = on_h200
+H200_L2_BYTES = 60 << 20
+plan.past_l2 = lambda nbytes, device: nbytes > H200_L2_BYTES
 
 
 def chunks(t: int, plan_q, plan_k) -> dict:

@@ -10,8 +10,9 @@ H200 = torch.device("cuda", 0)
 
 
 @pytest.fixture(autouse=True)
-def h200_sm_count(monkeypatch):
+def h200_sm_count_and_l2(monkeypatch):
     monkeypatch.setattr(plan, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(plan, "_l2_bytes", lambda index: 60 << 20)
 
 
 def tiles(plans) -> tuple:
@@ -19,7 +20,8 @@ def tiles(plans) -> tuple:
 
 
 def test_full_rotary_at_large_t_takes_four_warp_programs_of_32_rows():
-    assert tiles(fused_plans(8192, 32, 8, 128, 128, H200)) == ((1, 32, 4), (4, 8, 4))
+    # 40 MiB of q and k rows: within the L2, whose k tiles keep the q tiles' size.
+    assert tiles(fused_plans(4096, 32, 8, 128, 128, H200)) == ((1, 32, 4), (4, 8, 4))
 
 
 @pytest.mark.parametrize("tokens", [256, 2048, 8192, 32768])
@@ -28,10 +30,11 @@ def test_partial_rotary_from_t_256_takes_one_warp_programs_of_4_rows(tokens):
 
 
 def test_partial_rotary_programs_follow_their_own_setting():
+    # 36 MiB of q and k rows: within the L2, whose k tiles keep the q tiles' size.
     with plan.use(partial_elems_per_program=4096):
-        assert tiles(fused_plans(8192, 16, 2, 256, 64, H200)) == ((1, 8, 2), (4, 2, 2))
+        assert tiles(fused_plans(4096, 16, 2, 256, 64, H200)) == ((1, 8, 2), (4, 2, 2))
     with plan.use(elems_per_program=2048):  # the setting of full rotary does not reach it
-        assert tiles(fused_plans(8192, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
+        assert tiles(fused_plans(4096, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
 
 
 def test_partial_rotary_with_pdl_keeps_the_two_warp_programs():
@@ -54,9 +57,56 @@ def test_q_and_k_tiles_of_equal_or_double_tokens_run_in_chunks_of_tokens():
 
 
 def test_q_and_k_tiles_four_times_apart_run_every_q_tile_then_every_k_tile():
-    q, k = fused_plans(32768, 16, 2, 128, 128, H200)
+    q, k = fused_plans(8192, 16, 2, 128, 128, H200)  # 36 MiB of rows: within the L2
     assert (q.block_t, k.block_t) == (2, 16)
-    assert plan.qk_grid(32768, q, k) == (q.programs + k.programs, 0, 0)
+    assert plan.qk_grid(8192, q, k) == (q.programs + k.programs, 0, 0)
+
+
+@pytest.mark.parametrize("tokens, heads_q, heads_k, expected", [
+    (8192, 32, 8, ((1, 32, 4), (2, 8, 2))),  # 80 MiB of q and k rows
+    (32768, 32, 8, ((1, 32, 4), (2, 8, 2))),
+    (16384, 16, 2, ((2, 16, 4), (4, 2, 1))),  # 72 MiB
+    (32768, 16, 2, ((2, 16, 4), (4, 2, 1))),
+])
+def test_past_the_l2_k_tiles_hold_twice_a_q_tiles_tokens_and_run_in_chunks(
+        tokens, heads_q, heads_k, expected):
+    q, k = fused_plans(tokens, heads_q, heads_k, 128, 128, H200)
+    assert tiles((q, k)) == expected
+    # Each chunk: the q tiles of a k tile's tokens (two), then that k tile.
+    assert plan.qk_grid(tokens, q, k)[1:] == (2, 1)
+
+
+@pytest.mark.parametrize("tokens, heads_q, heads_k, k_tile", [
+    (4096, 32, 8, (4, 8)),  # 40 MiB of q and k rows
+    (8192, 16, 2, (16, 2)),  # 36 MiB
+])
+def test_within_the_l2_k_tiles_keep_the_q_tiles_program_size(tokens, heads_q, heads_k,
+                                                             k_tile):
+    _, k = fused_plans(tokens, heads_q, heads_k, 128, 128, H200)
+    assert (k.block_t, k.block_h) == k_tile
+
+
+def test_the_cpu_has_no_l2_to_pass():
+    _, k = fused_plans(32768, 16, 2, 128, 128, torch.device("cpu"))
+    assert k.block_t == 16
+
+
+def test_the_l2_size_setting_moves_the_threshold():
+    with plan.use(l2_bytes=1):
+        _, k = fused_plans(21, 8, 2, 128, 128, torch.device("cpu"))
+    assert (k.block_t, k.block_h) == (8, 2)
+    with plan.use(l2_bytes=100 << 20):
+        _, k = fused_plans(32768, 16, 2, 128, 128, H200)  # 144 MiB
+    assert k.block_t == 4
+    with plan.use(l2_bytes=200 << 20):
+        _, k = fused_plans(32768, 16, 2, 128, 128, H200)
+    assert k.block_t == 16
+
+
+def test_a_k_token_ratio_of_zero_keeps_the_k_tiles_past_the_l2():
+    with plan.use(k_token_ratio_past_l2=0):
+        _, k = fused_plans(32768, 32, 8, 128, 128, H200)
+    assert (k.block_t, k.block_h) == (4, 8)
 
 
 def test_a_last_chunk_past_t_is_launched_whole():

@@ -129,6 +129,8 @@ TILE_SETTINGS = {
     "rebuilt-tree": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},
     "chunks-always": {"interleave_qk_span_ratio": 64},
+    # Every launch past an L2 of one byte: GQA's k tiles cut to twice a q tile's tokens.
+    "k-tiles-past-l2": {"l2_bytes": 1},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
@@ -136,7 +138,8 @@ TILE_CASES = [
     case(tokens=6, head_dim=128, rotary_dim=32, style="gptj"),
     case(tokens=5, mrope_section=(8, 12, 12), mrope_layout="interleaved"),
     case(tokens=4, head_dim=80, rotary_dim=16, dtype="float32", inplace=False),
-    # q tiles of 4 tokens, k tiles of 16 ("chunks-always": two chunks, the second past T).
+    # q tiles of 4 tokens, k tiles of 16 ("chunks-always": two chunks, the second past T;
+    # "k-tiles-past-l2": k tiles of 8 tokens, three chunks, the last past T).
     case(tokens=21, heads_q=8, heads_k=2, head_dim=128, inplace=False),
 ]
 GPU_TILE_CASES = [
