@@ -26,7 +26,8 @@
 # protocol but DiT, whose tiles did not change); on 2026-12-04, with the kernels unchanged,
 # `v34d` (prefill and DiT with every route, the baselines included, and text-decode again);
 # after GQA's k tiles past the L2 were cut to twice a q tile's tokens (version 3.5), `v35`
-# (the kernel and plan GPU tests, prefill hot and cold, the bench).
+# (the kernel and plan GPU tests, version 3.4's k tiles against 3.5's in one interleaved
+# schedule with a null arm, prefill hot and cold) and `v35b` (the bench).
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -37,7 +38,7 @@ every='--route split --route fused --route eager --route compiled --isolation in
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d or v35} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35 or v35b} in
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
@@ -86,9 +87,11 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "$textdecode" ;;
     v35) bash "$here/gpu_jobs.sh" \
         'timeout 170 python -m pytest -q tests/test_qk_norm_rope.py tests/test_plan.py > $WORK/pytest.txt 2>&1; rc=$?; tail -5 $WORK/pytest.txt; exit $rc' \
+        'mkdir -p $WORK/l2 && python scripts/bench_l2_policy.py --out $WORK/l2 > $WORK/l2/table.txt 2>&1; rc=$?; cat $WORK/l2/table.txt; exit $rc' \
         "$sweep --protocol prefill --route split --route fused --isolation inprocess $large --out \$WORK/prefill.json.gz" \
-        "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold.json.gz" \
-        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 60 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' ;;
+        "$sweep --protocol prefill --route split --route fused --cache cold --samples 50 --out \$WORK/prefill-cold.json.gz" ;;
+    v35b) bash "$here/gpu_jobs.sh" \
+        'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 150 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' ;;
     method) bash "$here/gpu_jobs.sh" \
         'qkbench env --device cuda > $WORK/env.txt' \
         'qkbench calibrate --device cuda --protocol qwen3-decode --planted 32 --out $WORK' \

@@ -99,3 +99,30 @@ def test_perf_tables_show_the_verdict_where_a_cell_did_not_resolve(tmp_path):
     rows = [line.strip("| ").split(" | ")
             for line in script("perf_tables").table(out).splitlines()[4:]]
     assert all(row[3] in ("unstable", "unresolved") and row[5] == "-" for row in rows)
+
+
+@interpreter_only
+def test_l2_policy_bench_times_every_arm_in_one_schedule(tmp_path, capsys):
+    bench = script("bench_l2_policy")
+    argv = ["--device", "cpu", "--quick", "--rounds", "2", "--visit", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
+    assert set(entry["us"]) == set(bench.ARMS) and all(entry["bits_equal_split"].values())
+    assert all(len(v) == 2 for v in entry["us"].values())
+    assert entry["summary"]["default"]["ratio_to_default"] == 1.0
+
+
+@interpreter_only
+def test_l2_policy_bench_fails_loudly_when_an_arm_differs_from_split(tmp_path, monkeypatch,
+                                                                     capsys):
+    bench = script("bench_l2_policy")
+
+    def off_by_one_ulp(*args, **kwargs):
+        q, k = qk_norm_rope(*args, **kwargs)
+        k.view(torch.int16)[0, 0, 0] += 1
+        return q, k
+
+    monkeypatch.setattr("qkbench.kernels.qk_norm_rope", off_by_one_ulp)
+    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 1
+    assert "BITS DIFFER" in capsys.readouterr().out
