@@ -31,8 +31,12 @@ ARMS = {  # name -> kernels.plan.Settings fields
     "default": {}, "default-again": {},
     # Version 3.4's tiles: past the L2, k tiles as large as within it.
     "k-tiles-3.4": {"k_token_ratio_past_l2": 0},
+    # Past the L2, k tiles of at most one or four times a q tile's tokens.
+    "k-ratio-1": {"k_token_ratio_past_l2": 1}, "k-ratio-4": {"k_token_ratio_past_l2": 4},
+    # 3.5's k tiles at every T, the L2 taken as one byte.
+    "k-tiles-always": {"l2_bytes": 1},
 }
-TOKENS = (2048, 4096, 8192, 16384, 32768, 65536)
+TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
 def shapes(quick: bool, tokens: list[int]) -> list[Shape]:
