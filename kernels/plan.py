@@ -55,10 +55,11 @@ class Settings:
     # launch cuts its k tiles to at most this many times a q tile's tokens, so that GQA's
     # k tiles run in chunks beside the q tiles of the same tokens (``qk_grid``) and find
     # those tokens' table rows still in L2 instead of reading them from DRAM again (0:
-    # never). On the H200 (results/tuning/2026-12-04-h200/l2policy-c166204, a null arm
-    # within 0.7 % but at one cell): (32,8) x 128 1.4-3.4 % faster at T = 8192-65536 and
-    # (16,2) x 128 3.2-4.9 % at T = 16384-65536; below the L2, whose rows stay there
-    # between launches, the same tiles were 1.8-9.6 % slower at T = 512-8192.
+    # never). On the H200 (results/tuning/2026-12-04-h200/l2policy-c816262-k-ratios, arms
+    # of identical code within -2.0 / +1.4 %): 1.6-3.2 % faster than 3.4's k tiles at
+    # (32,8) x 128, T = 8192-65536, and 3.8-5.4 % at (16,2) x 128, T = 16384-65536; ratios
+    # 1 and 4 slower than 2; below the L2, whose rows stay there between launches, the
+    # same tiles up to 10.2 % slower.
     k_token_ratio_past_l2: int = 2
     # The L2 size that ``past_l2`` compares with (0: the device's own; the CPU has none).
     l2_bytes: int = 0
