@@ -40,16 +40,22 @@ def test_bench_checks_times_and_tabulates_every_variant(tmp_path, capsys):
     assert table.rstrip().endswith("checks: all passed") and "host us per eager call" in table
 
 
-@interpreter_only
-def test_bench_fails_loudly_when_fused_differs_from_split(tmp_path, monkeypatch, capsys):
-    bench = script("bench_kernels")
+@pytest.fixture
+def fused_off_by_one_ulp(monkeypatch):
+    """The fused op with one element of its k output one ulp off."""
 
     def off_by_one_ulp(*args, **kwargs):
         q, k = qk_norm_rope(*args, **kwargs)
-        q.view(torch.int16)[0, 0, 0] += 1
+        k.view(torch.int16)[0, 0, 0] += 1
         return q, k
 
     monkeypatch.setattr("qkbench.kernels.qk_norm_rope", off_by_one_ulp)
+
+
+@interpreter_only
+def test_bench_fails_loudly_when_fused_differs_from_split(tmp_path, fused_off_by_one_ulp,
+                                                          capsys):
+    bench = script("bench_kernels")
     assert bench.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 1
     assert "differs from split in its bits" in capsys.readouterr().out
 
@@ -113,16 +119,9 @@ def test_l2_policy_bench_times_every_arm_in_one_schedule(tmp_path, capsys):
 
 
 @interpreter_only
-def test_l2_policy_bench_fails_loudly_when_an_arm_differs_from_split(tmp_path, monkeypatch,
-                                                                     capsys):
+def test_l2_policy_bench_fails_loudly_when_an_arm_differs_from_split(
+        tmp_path, fused_off_by_one_ulp, capsys):
     bench = script("bench_l2_policy")
-
-    def off_by_one_ulp(*args, **kwargs):
-        q, k = qk_norm_rope(*args, **kwargs)
-        k.view(torch.int16)[0, 0, 0] += 1
-        return q, k
-
-    monkeypatch.setattr("qkbench.kernels.qk_norm_rope", off_by_one_ulp)
     argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--out", str(tmp_path)]
     assert bench.main(argv) == 1
     assert "BITS DIFFER" in capsys.readouterr().out
