@@ -67,9 +67,10 @@ def measure_shape(backend, shape: Shape, arms: dict, rounds: int, visit: int,
     sequence = [(i + r) % len(arms) for r in range(rounds) for i in range(len(arms))
                 for _ in range(visit)]
     seconds = backend.run(graphs, sequence, []).seconds
-    us = {label: [] for label in arms}
+    labels = list(arms)
+    us = {label: [] for label in labels}
     for arm, s in zip(sequence, seconds, strict=True):
-        us[list(arms)[arm]].append(s * 1e6)
+        us[labels[arm]].append(s * 1e6)
     base = statistics.median(us["default"])
     return {"shape": shape.name, "bits_equal_split": bits, "us": us,
             "summary": {label: {"median_us": statistics.median(v),

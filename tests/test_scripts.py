@@ -115,7 +115,23 @@ def test_l2_policy_bench_times_every_arm_in_one_schedule(tmp_path, capsys):
     (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
     assert set(entry["us"]) == set(bench.ARMS) and all(entry["bits_equal_split"].values())
     assert all(len(v) == 2 for v in entry["us"].values())
-    assert entry["summary"]["default"]["ratio_to_default"] == 1.0
+
+
+def test_l2_policy_quick_shape_runs_other_k_tiles_in_its_variant_arms():
+    """The quick run exercises the rule past the L2: its arms plan different k tiles."""
+    from qkbench.kernels import plan
+    from qkbench.kernels.fused import fused_plans
+
+    bench = script("bench_l2_policy")
+    (shape,) = bench.shapes(quick=True, tokens=[])
+    g = shape.geometry
+
+    def k_tile(settings: dict) -> int:
+        with plan.use(**{"l2_bytes": 1, **settings}):
+            return fused_plans(shape.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary,
+                               torch.device("cpu"))[1].block_t
+
+    assert len({k_tile(bench.ARMS[arm]) for arm in ("default", "k-tiles-3.4", "k-ratio-1")}) == 3
 
 
 @interpreter_only
