@@ -29,7 +29,6 @@ from .tiles import (
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
-    prefetch_table,
     qk_tile,
     rotate,
     store_pairs,
@@ -42,24 +41,16 @@ from .tiles import (
 def _fused_tile(
     x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, pid, n_head_blocks,
     T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
-    stride_cs, stride_pos_axis, stride_pos_t, ahead,
+    stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr, PREFETCH: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
     t, h = tile_coords(pid, n_head_blocks, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
-    if PREFETCH:
-        # The program ``ahead`` tokens on would wait on DRAM twice before it can rotate:
-        # for its position, then for the table row that position names. Read the position
-        # here, beside this tile's own loads, and once this tile is stored start that row's
-        # load into the L2 (``prefetch_table``), so that both its loads hit the L2. (Issued
-        # before the rows' loads, the prefetch would hold them behind this position's.)
-        t_ahead = tl.minimum(t.to(tl.int64) + ahead, T - 1)
-        pos_ahead = tl.load(pos_ptr + t_ahead * stride_pos_t)
 
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
@@ -104,34 +95,32 @@ def _fused_tile(
     store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
     if R < D:
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
-    if PREFETCH:
-        prefetch_table(cs_ptr, pos_ahead, max_pos, stride_cs, R2)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs", "ahead"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, eps, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks, ahead,
+    q_programs, q_head_blocks, k_head_blocks,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    QC: tl.constexpr, KC: tl.constexpr, PREFETCH: tl.constexpr,
+    QC: tl.constexpr, KC: tl.constexpr,
 ):
     is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
     if is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
-                    stride_cs, stride_pos_axis, stride_pos_t, ahead,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ, PREFETCH)
+                    stride_cs, stride_pos_axis, stride_pos_t,
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tile,
                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
-                    stride_koh, stride_cs, stride_pos_axis, stride_pos_t, ahead,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK, PREFETCH)
+                    stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -167,9 +156,6 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
     programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
-    ahead = 0
-    if call.axis_map is None and call.max_pos and not pdl:
-        ahead = plan.table_prefetch_ahead(T, plan_q, plan_k, call.q.device)
     return KernelLaunch(
         qk_norm_rope_kernel, (programs,),
         (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
@@ -178,16 +164,13 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
          qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks, ahead,
+         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
-         ahead > 0),
+         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
-         **({"launch_pdl": True} if pdl else {}),
-         **({"maxnreg": plan.SETTINGS.table_prefetch_maxnreg}
-            if ahead and plan.SETTINGS.table_prefetch_maxnreg else {})},
+         **({"launch_pdl": True} if pdl else {})},
     )
 
 

@@ -63,14 +63,6 @@ class Settings:
     k_token_ratio_past_l2: int = 2
     # The L2 size that ``past_l2`` compares with (0: the device's own; the CPU has none).
     l2_bytes: int = 0
-    # How far ahead, in programs per multiprocessor, a tile asks the L2 for the table rows
-    # of a later tile's tokens (``table_prefetch_ahead``; 0: never).
-    table_prefetch_per_sm: float = 0
-    # The registers per thread a prefetching launch may use (0: as ptxas likes): the
-    # position it holds for the prefetch took ptxas from 64 to 71-72 at the 4-warp tiles
-    # of (16,2) x 128 and DiT (sm_90, scripts/kernel_ir.py), 7 programs per multiprocessor
-    # instead of 8; at 64 it keeps 8 bytes on the stack.
-    table_prefetch_maxnreg: int = 64
 
 
 SETTINGS = Settings()
@@ -169,24 +161,6 @@ def past_l2(nbytes: int, device: torch.device) -> bool:
     if SETTINGS.l2_bytes:
         return nbytes > SETTINGS.l2_bytes
     return device.type == "cuda" and nbytes > _l2_bytes(device.index or 0)
-
-
-def table_prefetch_ahead(tokens: int, plan_q: TilePlan, plan_k: TilePlan,
-                         device: torch.device) -> int:
-    """How many tokens ahead of its own a q tile of the fused launch prefetches table rows
-    for: about ``Settings.table_prefetch_per_sm`` programs per multiprocessor later in the
-    launch's order (``qk_grid``). 0 -- no prefetch -- on the CPU, where the prefetch (inline
-    PTX) cannot run, and where ``tokens`` are too few for any tile to be that far on."""
-    per_sm = SETTINGS.table_prefetch_per_sm
-    if not per_sm or device.type != "cuda":
-        return 0
-    programs = int(per_sm * _sm_count(device.index or 0))
-    _, q_chunk, k_chunk = qk_grid(tokens, plan_q, plan_k)
-    if q_chunk:
-        ahead = programs * max(plan_q.block_t, plan_k.block_t) // (q_chunk + k_chunk)
-    else:
-        ahead = programs * plan_q.block_t // plan_q.head_blocks
-    return ahead if 0 < ahead < tokens else 0
 
 
 def min_programs(device: torch.device) -> int:

@@ -174,20 +174,6 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 
 
 @triton.jit
-def prefetch_table(cs_ptr, pos, max_pos, stride_cs, R2: tl.constexpr):
-    """Ask the L2 for the table rows at positions ``pos: [BT]`` and go on without them
-    (inline PTX: CUDA only). A position outside the table is clamped into it, so every
-    address is a row of the table; the rows' values are never read here."""
-    # One address per 128-byte line of a row (a row not aligned to a line loses its tail).
-    LINE: tl.constexpr = 1024 // cs_ptr.dtype.element_ty.primitive_bitwidth
-    LINES: tl.constexpr = max(1, 2 * R2 // LINE)
-    row = tl.minimum(tl.maximum(pos.to(tl.int64), 0), max_pos - 1) * stride_cs
-    addresses = cs_ptr + row[:, None] + (tl.arange(0, LINES) * LINE)[None, :]
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
-                              [addresses], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def qk_tile(pid, q_programs, QC: tl.constexpr, KC: tl.constexpr):
     """Whether program ``pid`` of a q-and-k launch runs a q tile, and that tile's index
     among its tensor's tiles: every q tile then every k tile (``QC == 0``), or chunks of
