@@ -4,6 +4,7 @@ import statistics
 
 import torch
 import triton
+import triton.language as tl
 
 from qkbench.backends import Backend
 
@@ -17,6 +18,15 @@ COPY_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 @triton.jit
 def _empty_kernel(x_ptr):
     pass
+
+
+@triton.jit
+def _row_kernel(pos_ptr, table_ptr, out_ptr, AT_POSITION: tl.constexpr, R: tl.constexpr):
+    """Copy one table row of ``R`` elements to ``out``: row 0, or the row that
+    ``pos_ptr[0]`` names (a load that waits for the load before it)."""
+    row = tl.load(pos_ptr) if AT_POSITION else 0
+    i = tl.arange(0, R)
+    tl.store(out_ptr + i, tl.load(table_ptr + row * R + i))
 
 
 def per_call_seconds(backend: Backend, launch, inner_reps: int, samples: int,
@@ -54,6 +64,27 @@ def launch_floor(backend: Backend, inner_reps: int, samples: int = 100) -> dict:
         out[name] = {"programs": grid, "median_s": statistics.median(seconds),
                      "samples": seconds}
     return out
+
+
+def row_floor(backend: Backend, inner_reps: int, samples: int = 100, rows: int = 4096,
+              width: int = 128) -> dict:
+    """Per-call time of a one-program kernel that copies one fp32 table row of ``width``:
+    row 0 (``one_load``), and the row a position read first names
+    (``position_then_row``). The second is what any launch of the op waits for before it
+    can rotate a token, beyond the launch itself: the position, then its row."""
+    pos = torch.tensor([rows - 1], dtype=torch.int64, device=backend.device)
+    table = torch.rand(rows, width, dtype=torch.float32, device=backend.device)
+    out = torch.empty(width, dtype=torch.float32, device=backend.device)
+    result = {}
+    for name, at_position in (("one_load", False), ("position_then_row", True)):
+        seconds = per_call_seconds(
+            backend, lambda at=at_position: _row_kernel[(1,)](pos, table, out, at, width,
+                                                               num_warps=1),
+            inner_reps, samples, "row floor")
+        result[name] = {"median_s": statistics.median(seconds), "samples": seconds,
+                        "row_copied": bool(torch.equal(out, table[rows - 1 if at_position
+                                                                  else 0]))}
+    return result
 
 
 def measure(backend: Backend, inner_reps: int) -> dict:

@@ -1,12 +1,14 @@
 """Check and time the kernels on a GPU, every variant at the issue's goal shapes, in one call.
 
-    python scripts/bench_kernels.py [--out DIR] [--budget SECONDS]
+    python scripts/bench_kernels.py [--out DIR] [--budget SECONDS] [--max-tokens N]
 
 For every shape it first checks that each fused variant is bit-identical to the split route
 and that the fused route meets the FP64 oracle, then times each variant inside a CUDA graph
 of 32 launches (hot cache, the median of many replays), beside a same-bytes copy_ of q and
 k, the device's copy bandwidth (a 256 MiB copy_) and an empty kernel's launch floor in the
-same kind of graph. Variants: the split route; the fused route with the default plan, with
+same kind of graph, and two one-program kernels that copy a table row: a fixed row, and
+the row a position read first names (the dependent loads every launch of the op waits
+for). Variants: the split route; the fused route with the default plan, with
 Programmatic Dependent Launch (decode widths), and with other plan settings
 (``kernels.plan.Settings``). Then the host cost of an eager call (``qkbench.hostcost``).
 
@@ -291,8 +293,11 @@ def table(result: dict) -> str:
     lines = [f"device {result['env'].get('gpu', '?')}, torch {result['env']['torch']}, "
              f"triton {result['env']['triton']}; copy {limits.get('copy_gbps', 0):.0f} GB/s, "
              f"empty kernel {limits.get('floor_one_program_us', 0):.2f} us (1 program) / "
-             f"{limits.get('floor_one_per_sm_us', 0):.2f} us (1 per SM); graphs of "
-             f"{result['inner_reps']} launches, median of {result['samples']} replays"]
+             f"{limits.get('floor_one_per_sm_us', 0):.2f} us (1 per SM); one program "
+             f"copying a table row {limits.get('floor_one_load_us', 0):.2f} us, the row a "
+             f"position read first names {limits.get('floor_position_then_row_us', 0):.2f} "
+             f"us; graphs of {result['inner_reps']} launches, median of "
+             f"{result['samples']} replays"]
     head = (f"{'shape':24s} {'copy qk':>8s} {'split':>15s} {'fused':>15s} {'fused+pdl':>10s} "
             f"{'best fused variant':>26s}  goal")
     lines += [head, "-" * len(head)]
@@ -334,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="graph replays per timing (default 100; 1 with --quick)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU tests)")
+    parser.add_argument("--max-tokens", type=int, default=1 << 62,
+                        help="only the shapes of at most this many tokens")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
@@ -351,12 +358,18 @@ def main(argv: list[str] | None = None) -> int:
                   "inner_reps": run.inner_reps, "samples": run.samples}
     run.result["env"]["gpu"] = run.result["env"].get("gpu", {}).get("name", str(device))
     lim = limits.measure(backend, run.inner_reps)
+    rows = limits.row_floor(backend, run.inner_reps, run.samples)
     run.result["limits"] = {
         "copy_gbps": lim["copy"]["gbps"],
         "floor_one_program_us": lim["launch_floor"]["one_program"]["median_s"] * 1e6,
         "floor_one_per_sm_us": lim["launch_floor"].get("one_per_sm", {}).get("median_s", 0)
-        * 1e6}
+        * 1e6,
+        **{f"floor_{name}_us": r["median_s"] * 1e6 for name, r in rows.items()}}
+    if not all(r["row_copied"] for r in rows.values()):
+        run.failures.append("the row floor's kernel did not copy the row it names")
     for shape in shapes(args.quick):
+        if shape.tokens > args.max_tokens:
+            continue
         print(f"[{time.perf_counter() - run.started:6.1f} s] {shape.name}", file=sys.stderr,
               flush=True)
         if run.over_budget():

@@ -34,10 +34,20 @@ def test_bench_checks_times_and_tabulates_every_variant(tmp_path, capsys):
         assert all(v["bits_equal_split"] and v["us"] > 0 for v in fused.values())
         assert "share_of_copy" in entry["results"]["split"]
     assert "fused+pdl" in result["shapes"][0]["results"]  # a decode width
+    assert result["limits"]["floor_position_then_row_us"] > 0
     kernels = result["shapes"][1]["split_kernels"]  # past the decode widths
     assert sum(k["bytes"] for k in kernels.values()) == result["shapes"][1]["bytes"]["split"]
     table = capsys.readouterr().out
     assert table.rstrip().endswith("checks: all passed") and "host us per eager call" in table
+
+
+@interpreter_only
+def test_bench_measures_only_the_shapes_up_to_max_tokens(tmp_path):
+    bench = script("bench_kernels")
+    argv = ["--device", "cpu", "--quick", "--max-tokens", "64", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    result = json.loads((tmp_path / "bench_kernels.json").read_text())
+    assert [entry["tokens"] for entry in result["shapes"]] == [3]
 
 
 @pytest.fixture
