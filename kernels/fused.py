@@ -44,7 +44,7 @@ def _fused_tile(
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr, ORDER: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
@@ -52,19 +52,10 @@ def _fused_tile(
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
 
-    if R < D:
-        d = tl.arange(0, DB)[None, None, :]
-        pass_mask = mask & (d >= R) & (d < D)
-        load_mask = (mask & (d < D)) if WHOLE else pass_mask
-    if ORDER == 1:
-        x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, True)
-        if R < D:
-            xp = tl.load(x_row + d, mask=load_mask, other=0.0, volatile=True).to(tl.float32)
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, R2, MROPE, BH,
-                          ORDER > 0)  # [BT, BH|1, R2]
+                          stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
     i1, i2 = pair_offsets(R2, NEOX)
     w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
     w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
@@ -75,13 +66,13 @@ def _fused_tile(
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
-    if ORDER != 1:
-        x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, ORDER == 2)  # [BT, BH, R2] each
-        if R < D:
-            # [BT, BH, DB]: the whole row, or only its pass-through channels (zero
-            # elsewhere).
-            xp = tl.load(x_row + d, mask=load_mask, other=0.0,
-                         volatile=ORDER == 2).to(tl.float32)
+    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+    if R < D:
+        # [BT, BH, DB]: the whole row, or only its pass-through channels (zero elsewhere).
+        d = tl.arange(0, DB)[None, None, :]
+        pass_mask = mask & (d >= R) & (d < D)
+        load_mask = (mask & (d < D)) if WHOLE else pass_mask
+        xp = tl.load(x_row + d, mask=load_mask, other=0.0).to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     if WHOLE and R < D:
@@ -117,19 +108,19 @@ def qk_norm_rope_kernel(
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    QC: tl.constexpr, KC: tl.constexpr, ORDER: tl.constexpr,
+    QC: tl.constexpr, KC: tl.constexpr,
 ):
     is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
     if is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ, ORDER)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tile,
                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK, ORDER)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -176,8 +167,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
-         plan.load_order(T, pdl)),
+         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl else {})},

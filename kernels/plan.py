@@ -63,11 +63,6 @@ class Settings:
     k_token_ratio_past_l2: int = 2
     # The L2 size that ``past_l2`` compares with (0: the device's own; the CPU has none).
     l2_bytes: int = 0
-    # The fused kernel's loads at up to ``ordered_loads_max_tokens`` tokens: 0 in the
-    # order ptxas picks (it issues the table's after the reduction), 1 as volatile loads
-    # in the order rows, position, table, 2 position, table, rows (``load_order``).
-    load_order: int = 0
-    ordered_loads_max_tokens: int = 64
 
 
 SETTINGS = Settings()
@@ -166,14 +161,6 @@ def past_l2(nbytes: int, device: torch.device) -> bool:
     if SETTINGS.l2_bytes:
         return nbytes > SETTINGS.l2_bytes
     return device.type == "cuda" and nbytes > _l2_bytes(device.index or 0)
-
-
-def load_order(tokens: int, pdl: bool) -> int:
-    """The fused kernel's ``ORDER`` at ``tokens``: ``Settings.load_order`` up to
-    ``ordered_loads_max_tokens`` (a PDL launch must read its rows after its wait, so it
-    never takes the rows first), else 0."""
-    order = SETTINGS.load_order if tokens <= SETTINGS.ordered_loads_max_tokens else 0
-    return 0 if pdl and order == 1 else order
 
 
 def min_programs(device: torch.device) -> int:

@@ -35,9 +35,8 @@ def _rope_tile(
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
     # The table rows first: they wait on a dependent load of the positions.
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, R2, MROPE, BH,
-                          False)  # [BT, BH|1, R2]
-    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH, False)  # [BT, BH, R2] each
+                          stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
+    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
     o1, o2 = rotate(x1, x2, c, s, valid)
     dtype = o_ptr.dtype.element_ty
     store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)

@@ -86,7 +86,7 @@ def pair_offsets(R2: tl.constexpr, NEOX: tl.constexpr):
 
 @triton.jit
 def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
-               BH: tl.constexpr, VOLATILE: tl.constexpr):
+               BH: tl.constexpr):
     """The rotary pairs of each row as two ``[BT, BH, R2]`` tiles, each channel read once.
 
     neox loads the two contiguous halves; gptj loads the rotary span once and splits its
@@ -94,11 +94,11 @@ def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexp
     """
     if NEOX:
         i = tl.arange(0, R2)[None, None, :]
-        x1 = tl.load(base + i, mask=mask, other=0.0, volatile=VOLATILE)
-        x2 = tl.load(base + R2 + i, mask=mask, other=0.0, volatile=VOLATILE)
+        x1 = tl.load(base + i, mask=mask, other=0.0)
+        x2 = tl.load(base + R2 + i, mask=mask, other=0.0)
     else:
         j = tl.arange(0, 2 * R2)[None, None, :]
-        x = tl.load(base + j, mask=mask, other=0.0, volatile=VOLATILE)
+        x = tl.load(base + j, mask=mask, other=0.0)
         x1, x2 = tl.split(tl.reshape(x, (BT, BH, R2, 2)))
     return x1, x2
 
@@ -133,8 +133,7 @@ def pairs_sumsq(x1, x2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
 
 @triton.jit
 def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis,
-            stride_pos_t, R2: tl.constexpr, MROPE: tl.constexpr, BH: tl.constexpr,
-            VOLATILE: tl.constexpr):
+            stride_pos_t, R2: tl.constexpr, MROPE: tl.constexpr, BH: tl.constexpr):
     """The fp32 cosine and sine tiles ``[BT, BH, R2]`` for tokens ``t`` (the same row for
     every head), and whether each lane's position lies in ``[0, max_pos)`` (an invalid
     lane reads nothing).
@@ -162,15 +161,15 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
         row, m, valid = row[:, None, :], m[:, None, :], valid[:, None, :]
     else:
         pos = tl.load(pos_ptr + t.to(tl.int64) * stride_pos_t, mask=t_mask,
-                      other=0, volatile=VOLATILE).to(tl.int64)
+                      other=0).to(tl.int64)
         valid = (pos >= 0) & (pos < max_pos)  # [BT]
         heads = tl.zeros((1, BH, 1), tl.int64)
         row = (cs_ptr + (tl.where(valid, pos, 0) * stride_cs)[:, None, None]
                + i[None, None, :] + heads)
         m = (t_mask & valid)[:, None, None] & (heads == 0)
         valid = valid[:, None, None]
-    c = tl.load(row, mask=m, other=0.0, volatile=VOLATILE).to(tl.float32)
-    s = tl.load(row + R2, mask=m, other=0.0, volatile=VOLATILE).to(tl.float32)
+    c = tl.load(row, mask=m, other=0.0).to(tl.float32)
+    s = tl.load(row + R2, mask=m, other=0.0).to(tl.float32)
     return c, s, valid
 
 
