@@ -63,6 +63,12 @@ class Settings:
     k_token_ratio_past_l2: int = 2
     # The L2 size that ``past_l2`` compares with (0: the device's own; the CPU has none).
     l2_bytes: int = 0
+    # From ``table_prefetch_min_tokens`` tokens, a fused launch whose tiles run in chunks
+    # interleaves programs that ask the L2 for ``PREFETCH_TOKENS`` tokens' table rows about
+    # this many programs per multiprocessor before the tiles of those tokens run
+    # (``prefetch_grid``; 0: none).
+    table_prefetch_per_sm: float = 0
+    table_prefetch_min_tokens: int = 2048
 
 
 SETTINGS = Settings()
@@ -143,6 +149,31 @@ def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, 
     q_chunk = span // plan_q.block_t * plan_q.head_blocks
     k_chunk = span // plan_k.block_t * plan_k.head_blocks
     return -(-tokens // span) * (q_chunk + k_chunk), q_chunk, k_chunk
+
+
+# Tokens one prefetch program asks the L2 for: one per thread of a four-warp program.
+PREFETCH_TOKENS = 128
+
+
+def prefetch_grid(tokens: int, programs: int, q_chunk: int, k_chunk: int, span: int,
+                  device: torch.device, plain_positions: bool) -> tuple[int, int, int]:
+    """``(programs, period, ahead)`` of a fused launch of ``programs`` tile programs in
+    chunks of ``span`` tokens (``qk_grid``) with table prefetches (``tiles.prefetch_slot``):
+    ``ahead`` prefetch programs first, then after every ``period`` tile programs (the
+    chunks of ``PREFETCH_TOKENS`` tokens) but the last one more, for the tokens ``ahead``
+    units on. ``period`` 0
+    and the grid unchanged without ``Settings.table_prefetch_per_sm``, below
+    ``table_prefetch_min_tokens``, for a launch in q-then-k order, or for MRoPE's
+    positions (``plain_positions`` False)."""
+    s = SETTINGS
+    if (not s.table_prefetch_per_sm or tokens < s.table_prefetch_min_tokens or not q_chunk
+            or not plain_positions or PREFETCH_TOKENS % span):
+        return programs, 0, 0
+    period = PREFETCH_TOKENS // span * (q_chunk + k_chunk)
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
+    ahead = -(-int(s.table_prefetch_per_sm * sms) // (period + 1))
+    # The last tile program ends the grid: no prefetch program after it.
+    return ahead + programs + (programs - 1) // period, period, ahead
 
 
 @cache
