@@ -69,6 +69,8 @@ class Settings:
     # (``prefetch_grid``; 0: none).
     table_prefetch_per_sm: float = 0
     table_prefetch_min_tokens: int = 2048
+    # Whether the prefetch programs ask for the rows (False: they only read the positions).
+    table_prefetch_asm: bool = True
 
 
 SETTINGS = Settings()

@@ -43,6 +43,9 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "default": {}, "default-again": {},
         # Table prefetch programs about this many programs per multiprocessor ahead.
         **{f"prefetch-{n}": {"table_prefetch_per_sm": n} for n in (4, 8, 16)},
+        # The prefetch programs reading only their positions: what the launch's new
+        # layout costs without the prefetches.
+        "prefetch-8-positions": {"table_prefetch_per_sm": 8, "table_prefetch_asm": False},
     },
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
