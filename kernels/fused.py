@@ -29,7 +29,6 @@ from .tiles import (
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
-    prefetch_slot,
     prefetch_table,
     qk_tile,
     rotate,
@@ -115,35 +114,6 @@ def qk_norm_rope_kernel(
     PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    runs_tile = True
-    if PREFETCH_PERIOD:
-        runs_tile, block, pid = prefetch_slot(pid, prefetch_ahead, PREFETCH_PERIOD)
-        if runs_tile == 0:
-            prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t, R2,
-                           PREFETCH_TOKENS, PREFETCH_ASM)
-    if runs_tile:
-        _qk_tile(q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, pid,
-                 T, HQ, HK, eps, max_pos, stride_qt, stride_qh, stride_kt, stride_kh,
-                 stride_qot, stride_qoh, stride_kot, stride_koh,
-                 stride_cs, stride_pos_axis, stride_pos_t, q_programs, q_head_blocks,
-                 k_head_blocks, D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE,
-                 BTQ, BHQ, BTK, BHK, QC, KC)
-
-
-@triton.jit
-def _qk_tile(
-    q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, pid,
-    T, HQ, HK, eps, max_pos,
-    stride_qt, stride_qh, stride_kt, stride_kh,
-    stride_qot, stride_qoh, stride_kot, stride_koh,
-    stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    QC: tl.constexpr, KC: tl.constexpr,
-):
-    """Tile program ``pid`` of the launch: a q tile or a k tile (``qk_tile``)."""
     is_q, tile = qk_tile(pid, q_programs, QC, KC)
     if is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
@@ -155,6 +125,15 @@ def _qk_tile(
                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
+    if PREFETCH_PERIOD:  # noqa: SIM102 (compile time: no modulo by 0 to compile)
+        # The first program of every PREFETCH_TOKENS tokens' tiles, its own tile stored,
+        # asks the L2 for the table rows of the tokens ``prefetch_ahead`` such blocks on:
+        # their tiles then find their rows there instead of waiting on DRAM for them
+        # after their reduction (where ptxas issues the table's loads).
+        if pid % PREFETCH_PERIOD == 0:
+            prefetch_table(cs_ptr, pos_ptr, pid // PREFETCH_PERIOD + prefetch_ahead, T,
+                           max_pos, stride_cs, stride_pos_t, R2, PREFETCH_TOKENS,
+                           PREFETCH_ASM)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -190,8 +169,8 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
     programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
-    programs, period, ahead = plan.prefetch_grid(
-        T, programs, q_chunk, k_chunk, max(plan_q.block_t, plan_k.block_t), call.q.device,
+    period, ahead = plan.table_prefetch(
+        T, q_chunk, k_chunk, max(plan_q.block_t, plan_k.block_t), call.q.device,
         call.axis_map is None)
     return KernelLaunch(
         qk_norm_rope_kernel, (programs,),

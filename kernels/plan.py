@@ -157,25 +157,21 @@ def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, 
 PREFETCH_TOKENS = 128
 
 
-def prefetch_grid(tokens: int, programs: int, q_chunk: int, k_chunk: int, span: int,
-                  device: torch.device, plain_positions: bool) -> tuple[int, int, int]:
-    """``(programs, period, ahead)`` of a fused launch of ``programs`` tile programs in
-    chunks of ``span`` tokens (``qk_grid``) with table prefetches (``tiles.prefetch_slot``):
-    ``ahead`` prefetch programs first, then after every ``period`` tile programs (the
-    chunks of ``PREFETCH_TOKENS`` tokens) but the last one more, for the tokens ``ahead``
-    units on. ``period`` 0
-    and the grid unchanged without ``Settings.table_prefetch_per_sm``, below
-    ``table_prefetch_min_tokens``, for a launch in q-then-k order, or for MRoPE's
-    positions (``plain_positions`` False)."""
+def table_prefetch(tokens: int, q_chunk: int, k_chunk: int, span: int,
+                   device: torch.device, plain_positions: bool) -> tuple[int, int]:
+    """``(period, ahead)`` of a fused launch whose tile programs run in chunks of ``span``
+    tokens (``qk_grid``): the first of every ``period`` tile programs (the chunks of
+    ``PREFETCH_TOKENS`` tokens) asks the L2 for the table rows of the tokens ``ahead`` such
+    blocks on, about ``Settings.table_prefetch_per_sm`` programs per multiprocessor later.
+    ``(0, 0)``, no prefetch, without that setting, below ``table_prefetch_min_tokens``, for
+    a launch in q-then-k order, or for MRoPE's positions (``plain_positions`` False)."""
     s = SETTINGS
     if (not s.table_prefetch_per_sm or tokens < s.table_prefetch_min_tokens or not q_chunk
             or not plain_positions or PREFETCH_TOKENS % span):
-        return programs, 0, 0
+        return 0, 0
     period = PREFETCH_TOKENS // span * (q_chunk + k_chunk)
     sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
-    ahead = -(-int(s.table_prefetch_per_sm * sms) // (period + 1))
-    # The last tile program ends the grid: no prefetch program after it.
-    return ahead + programs + (programs - 1) // period, period, ahead
+    return period, -(-int(s.table_prefetch_per_sm * sms) // period)
 
 
 @cache

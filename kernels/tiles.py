@@ -174,20 +174,6 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 
 
 @triton.jit
-def prefetch_slot(pid, ahead, PERIOD: tl.constexpr):
-    """Where program ``pid`` sits in a launch whose tiles are interleaved with table
-    prefetches (``plan.prefetch_grid``): ``ahead`` prefetch programs first, then units of
-    ``PERIOD`` tile programs each followed by one prefetch program. Returns whether it runs
-    a tile, the token block it prefetches otherwise (``ahead`` units on), and its tile
-    program's index among the tile programs."""
-    r = pid - ahead
-    unit = r // (PERIOD + 1)
-    slot = r - unit * (PERIOD + 1)
-    runs_tile = (pid >= ahead) & (slot < PERIOD)
-    return runs_tile, tl.where(pid < ahead, pid, unit + ahead), unit * PERIOD + slot
-
-
-@triton.jit
 def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
                    R2: tl.constexpr, TOKENS: tl.constexpr, ASM: tl.constexpr):
     """Ask the L2 for the table rows of tokens ``[block * TOKENS, (block + 1) * TOKENS)``

@@ -41,10 +41,10 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     },
     "prefetch": {
         "default": {}, "default-again": {},
-        # Table prefetch programs about this many programs per multiprocessor ahead.
+        # Table rows prefetched about this many programs per multiprocessor ahead.
         **{f"prefetch-{n}": {"table_prefetch_per_sm": n} for n in (4, 8, 16)},
-        # The prefetch programs reading only their positions: what the launch's new
-        # layout costs without the prefetches.
+        # The prefetching programs reading only the positions: what the prefetch's code
+        # costs without the prefetches.
         "prefetch-8-positions": {"table_prefetch_per_sm": 8, "table_prefetch_asm": False},
     },
 }

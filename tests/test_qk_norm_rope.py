@@ -163,17 +163,16 @@ def test_every_tile_shape_is_bit_identical_to_the_split_route(c, settings, devic
     assert_bit_identical(fk, sk, "k")
 
 
-def test_table_prefetch_programs_leave_every_tile_of_a_long_launch_to_run(device):
+def test_table_prefetches_from_tile_programs_leave_every_tile_bit_identical(device):
     # Tiles of 4 q and 8 k tokens: 16 chunks of 3 tile programs per 128 tokens, so that
-    # 300 tokens take three units, each followed by a prefetch program.
+    # 300 tokens take three blocks, the first program of each prefetching.
     c = case(tokens=300, heads_q=2, heads_k=1, head_dim=32, inplace=False)
     settings = {"table_prefetch_per_sm": 2, "table_prefetch_min_tokens": 0,
                 "elems_per_program": 256, "min_bytes_per_thread": 0}
     with plan.use(**settings), launch.recording() as launches:
         _, (fq, fk), (sq, sk) = routes_on(c, 4, device)
     fused = launches[0][0].settings()["args"]
-    # 38 chunks: 114 tile programs, after the first and second 48 a prefetch program.
-    assert fused["PREFETCH_PERIOD"] == 48 and launches[0][0].grid[0] == 1 + 114 + 2
+    assert fused["PREFETCH_PERIOD"] == 48 and launches[0][0].grid[0] == 114
     assert_bit_identical(fq, sq, "q")
     assert_bit_identical(fk, sk, "k")
 
