@@ -63,14 +63,6 @@ class Settings:
     k_token_ratio_past_l2: int = 2
     # The L2 size that ``past_l2`` compares with (0: the device's own; the CPU has none).
     l2_bytes: int = 0
-    # From ``table_prefetch_min_tokens`` tokens, a fused launch whose tiles run in chunks
-    # interleaves programs that ask the L2 for ``PREFETCH_TOKENS`` tokens' table rows about
-    # this many programs per multiprocessor before the tiles of those tokens run
-    # (``prefetch_grid``; 0: none).
-    table_prefetch_per_sm: float = 0
-    table_prefetch_min_tokens: int = 2048
-    # Whether the prefetch programs ask for the rows (False: they only read the positions).
-    table_prefetch_asm: bool = True
 
 
 SETTINGS = Settings()
@@ -151,27 +143,6 @@ def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, 
     q_chunk = span // plan_q.block_t * plan_q.head_blocks
     k_chunk = span // plan_k.block_t * plan_k.head_blocks
     return -(-tokens // span) * (q_chunk + k_chunk), q_chunk, k_chunk
-
-
-# Tokens one prefetch program asks the L2 for: one per thread of a four-warp program.
-PREFETCH_TOKENS = 128
-
-
-def table_prefetch(tokens: int, q_chunk: int, k_chunk: int, span: int,
-                   device: torch.device, plain_positions: bool) -> tuple[int, int]:
-    """``(period, ahead)`` of a fused launch whose tile programs run in chunks of ``span``
-    tokens (``qk_grid``): the first of every ``period`` tile programs (the chunks of
-    ``PREFETCH_TOKENS`` tokens) asks the L2 for the table rows of the tokens ``ahead`` such
-    blocks on, about ``Settings.table_prefetch_per_sm`` programs per multiprocessor later.
-    ``(0, 0)``, no prefetch, without that setting, below ``table_prefetch_min_tokens``, for
-    a launch in q-then-k order, or for MRoPE's positions (``plain_positions`` False)."""
-    s = SETTINGS
-    if (not s.table_prefetch_per_sm or tokens < s.table_prefetch_min_tokens or not q_chunk
-            or not plain_positions or PREFETCH_TOKENS % span):
-        return 0, 0
-    period = PREFETCH_TOKENS // span * (q_chunk + k_chunk)
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
-    return period, -(-int(s.table_prefetch_per_sm * sms) // period)
 
 
 @cache

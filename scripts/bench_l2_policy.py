@@ -3,14 +3,12 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|prefetch] [--geometries d128|all]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
-settings of the ``--arms`` set in ``ARM_SETS``. Each round visits the arms in an order
-rotated by one, taking ``--visit`` samples of each. Reports per arm the median per-call us
-and its ratio to ``default``; a variant's ratio means something only where it lies outside
-the null arm's.
+settings in ``ARMS``. Each round visits the arms in an order rotated by one, taking
+``--visit`` samples of each. Reports per arm the median per-call us and its ratio to
+``default``; a variant's ratio means something only where it lies outside the null arm's.
 Bits are checked against the split route first; exits 1 if any arm differs.
 
 ``--device cpu --quick`` runs the same code on a tiny shape under Triton's interpreter,
@@ -29,43 +27,25 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import Shape, call, identical, launcher
 
-ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
-    "k-tiles": {
-        "default": {}, "default-again": {},
-        # Version 3.4's tiles: past the L2, k tiles as large as within it.
-        "k-tiles-3.4": {"k_token_ratio_past_l2": 0},
-        # Past the L2, k tiles of at most one or four times a q tile's tokens.
-        "k-ratio-1": {"k_token_ratio_past_l2": 1}, "k-ratio-4": {"k_token_ratio_past_l2": 4},
-        # 3.5's k tiles at every T, the L2 taken as one byte.
-        "k-tiles-always": {"l2_bytes": 1},
-    },
-    "prefetch": {
-        "default": {}, "default-again": {},
-        # Table rows prefetched about this many programs per multiprocessor ahead.
-        **{f"prefetch-{n}": {"table_prefetch_per_sm": n} for n in (4, 8, 16)},
-        # The prefetching programs reading only the positions: what the prefetch's code
-        # costs without the prefetches.
-        "prefetch-8-positions": {"table_prefetch_per_sm": 8, "table_prefetch_asm": False},
-    },
+ARMS = {  # name -> kernels.plan.Settings fields
+    "default": {}, "default-again": {},
+    # Version 3.4's tiles: past the L2, k tiles as large as within it.
+    "k-tiles-3.4": {"k_token_ratio_past_l2": 0},
+    # Past the L2, k tiles of at most one or four times a q tile's tokens.
+    "k-ratio-1": {"k_token_ratio_past_l2": 1}, "k-ratio-4": {"k_token_ratio_past_l2": 4},
+    # 3.5's k tiles at every T, the L2 taken as one byte.
+    "k-tiles-always": {"l2_bytes": 1},
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
-def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
-    """Tiny under --quick; else D = 128 GQA at each of ``tokens`` (``d128``), or DiT and
-    every prefill geometry at each of ``tokens`` (``all``)."""
+def shapes(quick: bool, tokens: list[int]) -> list[Shape]:
     from qkbench.case import Geometry
 
     if quick:
         return [Shape(Geometry("tiny", 4, 1, 64), 40)]
-    gqa = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128)]
-    if geometries == "d128":
-        return [Shape(g, t, 40960) for g in gqa for t in tokens]
-    text = dict(weight_mode="offset", inplace=False)
-    prefill = [*gqa, Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
-               Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
-    return [Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973),
-            *(Shape(g, t, 40960) for t in tokens for g in prefill)]
+    geometries = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128)]
+    return [Shape(g, t, 40960) for g in geometries for t in tokens]
 
 
 def measure_shape(backend, shape: Shape, arms: dict, rounds: int, visit: int,
@@ -104,8 +84,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--visit", type=int, default=5)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
-    parser.add_argument("--arms", choices=sorted(ARM_SETS), default="k-tiles")
-    parser.add_argument("--geometries", choices=("d128", "all"), default="d128")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
@@ -115,12 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     from qkbench.backends import backend_for
 
     backend = backend_for(device)
-    arms = {k: {"l2_bytes": 1, **v} if args.quick else v
-            for k, v in ARM_SETS[args.arms].items()}
+    arms = {k: {"l2_bytes": 1, **v} if args.quick else v for k, v in ARMS.items()}
     out = Path(args.out) / "bench_l2_policy.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     result, ok = {"rounds": args.rounds, "visit": args.visit, "arms": arms, "shapes": []}, True
-    for shape in shapes(args.quick, args.tokens, args.geometries):
+    for shape in shapes(args.quick, args.tokens):
         entry = measure_shape(backend, shape, arms, args.rounds, args.visit,
                               2 if args.quick else 32)
         result["shapes"].append(entry)

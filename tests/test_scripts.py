@@ -123,8 +123,7 @@ def test_l2_policy_bench_times_every_arm_in_one_schedule(tmp_path, capsys):
     argv = ["--device", "cpu", "--quick", "--rounds", "2", "--visit", "1", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
     (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
-    assert set(entry["us"]) == set(bench.ARM_SETS["k-tiles"])
-    assert all(entry["bits_equal_split"].values())
+    assert set(entry["us"]) == set(bench.ARMS) and all(entry["bits_equal_split"].values())
     assert all(len(v) == 2 for v in entry["us"].values())
 
 
@@ -142,8 +141,7 @@ def test_l2_policy_quick_shape_runs_other_k_tiles_in_its_variant_arms():
             return fused_plans(shape.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary,
                                torch.device("cpu"))[1].block_t
 
-    arms = bench.ARM_SETS["k-tiles"]
-    assert len({k_tile(arms[arm]) for arm in ("default", "k-tiles-3.4", "k-ratio-1")}) == 3
+    assert len({k_tile(bench.ARMS[arm]) for arm in ("default", "k-tiles-3.4", "k-ratio-1")}) == 3
 
 
 @interpreter_only
