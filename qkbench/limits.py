@@ -69,21 +69,22 @@ def launch_floor(backend: Backend, inner_reps: int, samples: int = 100) -> dict:
 def row_floor(backend: Backend, inner_reps: int, samples: int = 100, rows: int = 4096,
               width: int = 128) -> dict:
     """Per-call time of a one-program kernel that copies one fp32 table row of ``width``:
-    row 0 (``one_load``), and the row a position read first names
-    (``position_then_row``). The second is what any launch of the op waits for before it
-    can rotate a token, beyond the launch itself: the position, then its row."""
+    row 0 (``fixed_row``), and the row a position read first names
+    (``position_then_row``). Launch included, the second is the chain of dependent loads
+    (a position, then its row) and a store that every launch of the op without PDL
+    contains; each probe records whether it copied the row it names."""
     pos = torch.tensor([rows - 1], dtype=torch.int64, device=backend.device)
     table = torch.rand(rows, width, dtype=torch.float32, device=backend.device)
     out = torch.empty(width, dtype=torch.float32, device=backend.device)
     result = {}
-    for name, at_position in (("one_load", False), ("position_then_row", True)):
+    for name, at_position in (("fixed_row", False), ("position_then_row", True)):
         seconds = per_call_seconds(
             backend, lambda at=at_position: _row_kernel[(1,)](pos, table, out, at, width,
                                                                num_warps=1),
             inner_reps, samples, "row floor")
+        expected = table[rows - 1] if at_position else table[0]
         result[name] = {"median_s": statistics.median(seconds), "samples": seconds,
-                        "row_copied": bool(torch.equal(out, table[rows - 1 if at_position
-                                                                  else 0]))}
+                        "row_copied": bool(torch.equal(out, expected))}
     return result
 
 

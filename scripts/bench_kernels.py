@@ -294,7 +294,7 @@ def table(result: dict) -> str:
              f"triton {result['env']['triton']}; copy {limits.get('copy_gbps', 0):.0f} GB/s, "
              f"empty kernel {limits.get('floor_one_program_us', 0):.2f} us (1 program) / "
              f"{limits.get('floor_one_per_sm_us', 0):.2f} us (1 per SM); one program "
-             f"copying a table row {limits.get('floor_one_load_us', 0):.2f} us, the row a "
+             f"copying a table row {limits.get('floor_fixed_row_us', 0):.2f} us, the row a "
              f"position read first names {limits.get('floor_position_then_row_us', 0):.2f} "
              f"us; graphs of {result['inner_reps']} launches, median of "
              f"{result['samples']} replays"]
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="graph replays per timing (default 100; 1 with --quick)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU tests)")
-    parser.add_argument("--max-tokens", type=int, default=1 << 62,
+    parser.add_argument("--max-tokens", type=int, default=None,
                         help="only the shapes of at most this many tokens")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -355,20 +355,21 @@ def main(argv: list[str] | None = None) -> int:
     backend = backend_for(device)
     run.result = {"env": {k: v for k, v in env.capture(device).items()
                           if k not in ("kernels_sha256",)}, "shapes": [],
-                  "inner_reps": run.inner_reps, "samples": run.samples}
+                  "inner_reps": run.inner_reps, "samples": run.samples,
+                  "max_tokens": args.max_tokens}
     run.result["env"]["gpu"] = run.result["env"].get("gpu", {}).get("name", str(device))
     lim = limits.measure(backend, run.inner_reps)
-    rows = limits.row_floor(backend, run.inner_reps, run.samples)
+    row_floors = limits.row_floor(backend, run.inner_reps, run.samples)
     run.result["limits"] = {
         "copy_gbps": lim["copy"]["gbps"],
         "floor_one_program_us": lim["launch_floor"]["one_program"]["median_s"] * 1e6,
         "floor_one_per_sm_us": lim["launch_floor"].get("one_per_sm", {}).get("median_s", 0)
         * 1e6,
-        **{f"floor_{name}_us": r["median_s"] * 1e6 for name, r in rows.items()}}
-    if not all(r["row_copied"] for r in rows.values()):
+        **{f"floor_{name}_us": r["median_s"] * 1e6 for name, r in row_floors.items()}}
+    if not all(r["row_copied"] for r in row_floors.values()):
         run.failures.append("the row floor's kernel did not copy the row it names")
     for shape in shapes(args.quick):
-        if shape.tokens > args.max_tokens:
+        if args.max_tokens is not None and shape.tokens > args.max_tokens:
             continue
         print(f"[{time.perf_counter() - run.started:6.1f} s] {shape.name}", file=sys.stderr,
               flush=True)

@@ -18,7 +18,7 @@ def test_the_row_probe_copies_the_row_its_position_names(device):
 
 def test_the_row_floor_times_both_probes_on_the_rows_they_name(device):
     floor = limits.row_floor(backend_for(torch.device(device)), 1, 2, rows=8, width=16)
-    assert set(floor) == {"one_load", "position_then_row"}
+    assert set(floor) == {"fixed_row", "position_then_row"}
     assert all(r["row_copied"] and r["median_s"] > 0 for r in floor.values())
 
 
@@ -29,4 +29,4 @@ def test_the_row_floor_flags_a_probe_that_ignores_its_position(device, monkeypat
                                                                      width, **kw)})
     floor = limits.row_floor(backend_for(torch.device(device)), 1, 2, rows=8, width=16)
     assert not floor["position_then_row"]["row_copied"]
-    assert floor["one_load"]["row_copied"]
+    assert floor["fixed_row"]["row_copied"]

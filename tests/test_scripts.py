@@ -35,6 +35,7 @@ def test_bench_checks_times_and_tabulates_every_variant(tmp_path, capsys):
         assert "share_of_copy" in entry["results"]["split"]
     assert "fused+pdl" in result["shapes"][0]["results"]  # a decode width
     assert result["limits"]["floor_position_then_row_us"] > 0
+    assert result["limits"]["floor_fixed_row_us"] > 0
     kernels = result["shapes"][1]["split_kernels"]  # past the decode widths
     assert sum(k["bytes"] for k in kernels.values()) == result["shapes"][1]["bytes"]["split"]
     table = capsys.readouterr().out
@@ -44,10 +45,30 @@ def test_bench_checks_times_and_tabulates_every_variant(tmp_path, capsys):
 @interpreter_only
 def test_bench_measures_only_the_shapes_up_to_max_tokens(tmp_path):
     bench = script("bench_kernels")
-    argv = ["--device", "cpu", "--quick", "--max-tokens", "64", "--out", str(tmp_path)]
+    argv = ["--device", "cpu", "--quick", "--max-tokens", "3", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
     result = json.loads((tmp_path / "bench_kernels.json").read_text())
     assert [entry["tokens"] for entry in result["shapes"]] == [3]
+    assert result["max_tokens"] == 3
+
+
+@interpreter_only
+def test_bench_fails_loudly_when_a_row_floor_probe_misses_its_row(tmp_path, monkeypatch,
+                                                                   capsys):
+    from qkbench import limits
+
+    measured = limits.row_floor
+
+    def missed(*args, **kwargs):
+        result = measured(*args, **kwargs)
+        result["position_then_row"]["row_copied"] = False
+        return result
+
+    monkeypatch.setattr(limits, "row_floor", missed)
+    bench = script("bench_kernels")
+    argv = ["--device", "cpu", "--quick", "--max-tokens", "3", "--out", str(tmp_path)]
+    assert bench.main(argv) == 1
+    assert "the row floor's kernel did not copy the row it names" in capsys.readouterr().out
 
 
 @pytest.fixture
