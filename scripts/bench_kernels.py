@@ -7,8 +7,8 @@ and that the fused route meets the FP64 oracle, then times each variant inside a
 of 32 launches (hot cache, the median of many replays), beside a same-bytes copy_ of q and
 k, the device's copy bandwidth (a 256 MiB copy_) and an empty kernel's launch floor in the
 same kind of graph, and two one-program kernels that copy a table row: a fixed row, and
-the row a position read first names (the dependent loads every launch of the op waits
-for). Variants: the split route; the fused route with the default plan, with
+the row a position read first names (the dependent loads every launch of the op without
+PDL contains). Variants: the split route; the fused route with the default plan, with
 Programmatic Dependent Launch (decode widths), and with other plan settings
 (``kernels.plan.Settings``). Then the host cost of an eager call (``qkbench.hostcost``).
 
