@@ -1,6 +1,8 @@
-"""What the device allows: its copy bandwidth and the launch floor inside a graph."""
+"""What the device allows: its copy bandwidth, the launch floor inside a graph, and what one
+launch that only moves the op's rows reaches at the op's own size."""
 
 import statistics
+from collections.abc import Callable
 
 import torch
 import triton
@@ -27,6 +29,37 @@ def _row_kernel(pos_ptr, table_ptr, out_ptr, AT_POSITION: tl.constexpr, R: tl.co
     row = tl.load(pos_ptr) if AT_POSITION else 0
     i = tl.arange(0, R)
     tl.store(out_ptr + i, tl.load(table_ptr + row * R + i))
+
+
+@triton.jit
+def _rows_copy_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, NQ, NK, q_programs,
+                      BLOCK: tl.constexpr):
+    """Copy ``NQ`` elements of q and ``NK`` of k, ``BLOCK`` a program, q's programs first."""
+    pid = tl.program_id(0)
+    i = tl.arange(0, BLOCK)
+    if pid < q_programs:
+        offs = pid.to(tl.int64) * BLOCK + i
+        tl.store(qo_ptr + offs, tl.load(q_ptr + offs, mask=offs < NQ), mask=offs < NQ)
+    else:
+        offs = (pid - q_programs).to(tl.int64) * BLOCK + i
+        tl.store(ko_ptr + offs, tl.load(k_ptr + offs, mask=offs < NK), mask=offs < NK)
+
+
+def rows_copy_launch(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,
+                     k_out: torch.Tensor, block: int) -> Callable[[], None]:
+    """One launch that reads every element of the contiguous ``q`` and ``k`` and writes it
+    to ``q_out`` and ``k_out`` (``q`` and ``k`` themselves for an in-place op's traffic):
+    the op's rows moved once, with none of its work, ``block`` elements a program."""
+    tensors = (q, k, q_out, k_out)
+    if not all(t.is_contiguous() for t in tensors):
+        raise ValueError("rows_copy_launch needs contiguous tensors")
+    if q_out.shape != q.shape or k_out.shape != k.shape:
+        raise ValueError("rows_copy_launch: each output must have its input's shape")
+    q_programs = -(-q.numel() // block)
+    grid = (q_programs + -(-k.numel() // block),)
+    warps = max(1, min(8, block // 1024))
+    return lambda: _rows_copy_kernel[grid](q, k, q_out, k_out, q.numel(), k.numel(),
+                                           q_programs, block, num_warps=warps)
 
 
 def per_call_seconds(backend: Backend, launch, inner_reps: int, samples: int,
@@ -85,6 +118,31 @@ def row_floor(backend: Backend, inner_reps: int, samples: int = 100, rows: int =
         expected = table[rows - 1] if at_position else table[0]
         result[name] = {"median_s": statistics.median(seconds), "samples": seconds,
                         "row_copied": bool(torch.equal(out, expected))}
+    return result
+
+
+# Elements a program of the rows' copy moves: the fused kernel's q programs hold 4096.
+ROWS_COPY_BLOCKS = (2048, 4096, 8192, 16384)
+
+
+def rows_copy(backend: Backend, q: torch.Tensor, k: torch.Tensor, inplace: bool,
+              inner_reps: int, samples: int, blocks: tuple[int, ...] = ROWS_COPY_BLOCKS
+              ) -> dict:
+    """Per program size in ``blocks``: the per-call time of ``rows_copy_launch`` on
+    contiguous buffers of ``q``'s and ``k``'s sizes and dtype, in place or into outputs as
+    the op runs, and whether it copied every element (checked into NaN-filled outputs)."""
+    src = [torch.randn(x.numel(), device=backend.device).to(x.dtype) for x in (q, k)]
+    dst = src if inplace else [torch.empty_like(x) for x in src]
+    result = {}
+    for block in blocks:
+        check = [torch.full_like(x, float("nan")) for x in src]
+        rows_copy_launch(*src, *check, block)()
+        seconds = per_call_seconds(backend, rows_copy_launch(*src, *dst, block), inner_reps,
+                                   samples, "rows copy")
+        result[block] = {"median_s": statistics.median(seconds), "samples": seconds,
+                         "bytes": 2 * sum(x.numel() * x.element_size() for x in src),
+                         "copied": all(torch.equal(a, b) for a, b in zip(src, check,
+                                                                         strict=True))}
     return result
 
 

@@ -42,11 +42,17 @@ def _input_sets(case: Case, seed: int, backend: Backend, cold: bool) -> list[Inp
     """One input set; or, for a cold cache, enough copies of its q and k that one replay
     sweeps through twice the backend's L2 before any row comes round again."""
     first = make_inputs(case, seed, backend.device)
-    if not cold or not backend.l2_bytes:
-        return [first]
-    count = min(MAX_COLD_SETS, max(1, ceil(2 * backend.l2_bytes / _qk_bytes(first))))
+    count = cold_sets(backend, _qk_bytes(first)) if cold else 1
     return [first] + [first.with_qk(fresh_copy(first.q), fresh_copy(first.k))
                       for _ in range(1, count)]
+
+
+def cold_sets(backend: Backend, set_bytes: int) -> int:
+    """How many buffer sets of ``set_bytes`` each a replay must cycle through so that it
+    sweeps twice the backend's L2 before any set comes round again (1 without an L2)."""
+    if not backend.l2_bytes:
+        return 1
+    return min(MAX_COLD_SETS, max(1, ceil(2 * backend.l2_bytes / set_bytes)))
 
 
 def _launches_per_replay(p: Protocol, input_sets: list[Inputs]) -> int:

@@ -8,9 +8,11 @@ of 32 launches (hot cache, the median of many replays), beside a same-bytes copy
 k, the device's copy bandwidth (a 256 MiB copy_) and an empty kernel's launch floor in the
 same kind of graph, and two one-program kernels that copy a table row: a fixed row, and
 the row a position read first names (the dependent loads every launch of the op without
-PDL contains). Variants: the split route; the fused route with the default plan, with
-Programmatic Dependent Launch (decode widths), and with other plan settings
-(``kernels.plan.Settings``). Then the host cost of an eager call (``qkbench.hostcost``).
+PDL contains), and past decode widths one launch that only copies the op's rows, at several
+program sizes (what its bytes allow at its own size). Variants: the split route; the fused
+route with the default plan, with Programmatic Dependent Launch (decode widths), and with
+other plan settings (``kernels.plan.Settings``). Then the host cost of an eager call
+(``qkbench.hostcost``).
 
 Writes ``bench_kernels.json`` into ``--out`` (default ``$OUT``, else ``.``) after every
 shape, so a run cut off keeps what it finished, and prints a compact table last. Exits 1
@@ -211,6 +213,19 @@ def split_kernels(run: Run, backend, inputs) -> dict:
             for name, (launch, size_) in launches.items()}
 
 
+def rows_copy(run: Run, backend, entry: dict, inputs, inplace: bool) -> dict:
+    """The op's rows moved by one launch that does nothing else, at each program size
+    (``qkbench.limits.rows_copy``); a copy that missed an element is a failure."""
+    from qkbench import limits
+
+    result = limits.rows_copy(backend, inputs.q, inputs.k, inplace, run.inner_reps,
+                              run.samples)
+    if not all(r["copied"] for r in result.values()):
+        run.failures.append(f"{entry['shape']}: the rows' copy missed an element")
+    return {str(block): {"us": r["median_s"] * 1e6, "bytes": r["bytes"],
+                         "copied": r["copied"]} for block, r in result.items()}
+
+
 def measure_shape(run: Run, backend, shape: Shape) -> dict:
     from qkbench.accuracy import oracle_error, within_tolerance
     from qkbench.case import Case, make_inputs
@@ -242,6 +257,7 @@ def measure_shape(run: Run, backend, shape: Shape) -> dict:
     entry["results"]["split"] = {"us": split_us}
     if shape.tokens > DECODE_MAX:
         entry["split_kernels"] = split_kernels(run, backend, inputs)
+        entry["rows_copy"] = rows_copy(run, backend, entry, inputs, g.inplace)
     measure_variant(run, backend, entry, "fused", qk_norm_rope, inputs, g.inplace, split_out,
                     {})
     decode = shape.tokens <= DECODE_MAX
@@ -260,7 +276,7 @@ def shares(entry: dict, copy_gbps: float) -> None:
         if "us" in r:
             size = entry["bytes"]["split" if label == "split" else "fused"]
             r["share_of_copy"] = size / (r["us"] * 1e-6) / (copy_gbps * 1e9)
-    for r in entry.get("split_kernels", {}).values():
+    for r in (*entry.get("split_kernels", {}).values(), *entry.get("rows_copy", {}).values()):
         r["share_of_copy"] = r["bytes"] / (r["us"] * 1e-6) / (copy_gbps * 1e9)
 
 
@@ -314,6 +330,11 @@ def table(result: dict) -> str:
         split_note = ("  split kernels " + "/".join(f"{k['share_of_copy']:.0%}"
                                                    for k in kernels.values())
                       if kernels else "")
+        copies = entry.get("rows_copy")
+        if copies:
+            fastest = min(copies, key=lambda b: copies[b]["us"])
+            split_note += (f"  rows copied in one launch {copies[fastest]['us']:.2f} us "
+                           f"({copies[fastest]['share_of_copy']:.1%}, {fastest} a program)")
         lines.append(f"{entry['shape']:24s} {entry['copy_qk_us']:8.2f} {cell(r, 'split')} "
                      f"{cell(r, 'fused')} {cell(r, 'fused+pdl', 10)} {best_cell:>26s}  "
                      f"{want}{mark}{split_note}"

@@ -3,13 +3,20 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
+        [--arms k-tiles|copies] [--geometries d128|goals] [--cold]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
-settings in ``ARMS``. Each round visits the arms in an order rotated by one, taking
-``--visit`` samples of each. Reports per arm the median per-call us and its ratio to
-``default``; a variant's ratio means something only where it lies outside the null arm's.
-Bits are checked against the split route first; exits 1 if any arm differs.
+settings of the ``--arms`` set (``ARM_SETS``). ``--arms copies`` times instead what the
+op's bytes allow at its own size: one launch that only copies its rows, at each program
+size of ``qkbench.limits.ROWS_COPY_BLOCKS`` (``rows-copy-N``), and the harness's same-bytes
+reference, a ``copy_`` of q and of k (``copy_``). ``--cold`` gives each arm enough buffer
+sets to sweep twice the L2 before one comes round again (``qkbench.worker.cold_sets``).
+Each round visits the arms in an order rotated by one, taking ``--visit`` samples of each.
+Reports per arm the median per-call us, its ratio to ``default`` and its share of the
+device's copy bandwidth (a 256 MiB ``copy_``) for the bytes it moves; a variant's ratio
+means something only where it lies outside the null arm's. Bits are checked against the
+split route first, and each copy against its source; exits 1 if any arm fails its check.
 
 ``--device cpu --quick`` runs the same code on a tiny shape under Triton's interpreter,
 with the L2 taken as one byte so that the rules past the L2 apply (figures meaningless).
@@ -27,54 +34,109 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import Shape, call, identical, launcher
 
-ARMS = {  # name -> kernels.plan.Settings fields
-    "default": {}, "default-again": {},
-    # Version 3.4's tiles: past the L2, k tiles as large as within it.
-    "k-tiles-3.4": {"k_token_ratio_past_l2": 0},
-    # Past the L2, k tiles of at most one or four times a q tile's tokens.
-    "k-ratio-1": {"k_token_ratio_past_l2": 1}, "k-ratio-4": {"k_token_ratio_past_l2": 4},
-    # 3.5's k tiles at every T, the L2 taken as one byte.
-    "k-tiles-always": {"l2_bytes": 1},
+ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
+    "k-tiles": {
+        "default": {}, "default-again": {},
+        # Version 3.4's tiles: past the L2, k tiles as large as within it.
+        "k-tiles-3.4": {"k_token_ratio_past_l2": 0},
+        # Past the L2, k tiles of at most one or four times a q tile's tokens.
+        "k-ratio-1": {"k_token_ratio_past_l2": 1}, "k-ratio-4": {"k_token_ratio_past_l2": 4},
+        # 3.5's k tiles at every T, the L2 taken as one byte.
+        "k-tiles-always": {"l2_bytes": 1},
+    },
+    "copies": {"default": {}, "default-again": {}},
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
-def shapes(quick: bool, tokens: list[int]) -> list[Shape]:
+def copy_arms(arms: str) -> list[str]:
+    """The arms of ``--arms`` that copy the rows instead of running the op."""
+    from qkbench.limits import ROWS_COPY_BLOCKS
+
+    return [f"rows-copy-{b}" for b in ROWS_COPY_BLOCKS] + ["copy_"] if arms == "copies" else []
+
+
+def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
+    """Tiny under --quick; else D = 128 GQA at each of ``tokens`` (``d128``), or DiT and
+    every prefill geometry at each of ``tokens`` (``goals``)."""
     from qkbench.case import Geometry
 
     if quick:
         return [Shape(Geometry("tiny", 4, 1, 64), 40)]
-    geometries = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128)]
-    return [Shape(g, t, 40960) for g in geometries for t in tokens]
+    gqa = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128)]
+    if geometries == "d128":
+        return [Shape(g, t, 40960) for g in gqa for t in tokens]
+    text = dict(weight_mode="offset", inplace=False)
+    prefill = [*gqa, Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
+               Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
+    return [Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973),
+            *(Shape(g, t, 40960) for t in tokens for g in prefill)]
 
 
-def measure_shape(backend, shape: Shape, arms: dict, rounds: int, visit: int,
-                  inner: int) -> dict:
+def copy_launch(arm: str, inputs, inplace: bool):
+    """A launch of copy arm ``arm`` on buffers of its own, and a check that it copies."""
+    from qkbench.case import fresh_copy
+    from qkbench.limits import rows_copy_launch
+
+    if arm == "copy_":
+        src = [fresh_copy(x) for x in (inputs.q, inputs.k)]
+        dst = [torch.empty_like(x) for x in src]
+        return (lambda: [d.copy_(s) for d, s in zip(dst, src, strict=True)],
+                lambda: all(torch.equal(d, s) for d, s in zip(dst, src, strict=True)))
+    block = int(arm.rsplit("-", 1)[1])
+    src = [x.contiguous().clone() for x in (inputs.q, inputs.k)]
+    dst = src if inplace else [torch.empty_like(x) for x in src]
+    # Copied in place, a row cannot show whether it was copied: check into NaN instead.
+    probe = [torch.full_like(x, float("nan")) for x in src]
+    rows_copy_launch(*src, *probe, block)()
+    return (rows_copy_launch(*src, *dst, block),
+            lambda: all(torch.equal(a, b) for a, b in zip(probe, src, strict=True)))
+
+
+def measure_shape(backend, shape: Shape, arms: dict, copies: list[str], rounds: int,
+                  visit: int, inner: int, cold: bool, copy_gbps: float) -> dict:
     from qkbench.case import Case, make_inputs
-    from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split
+    from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split, traffic
+    from qkbench.worker import cold_sets
 
     g = shape.geometry
     inputs = make_inputs(Case(g, shape.tokens, max_position=shape.max_position), 0,
                          backend.device)
+    rows = sum(x.numel() * x.element_size() for x in (inputs.q, inputs.k))
+    sets = cold_sets(backend, rows) if cold else 1
+    reps = max(inner, sets)
     split_out = call(qk_norm_rope_split, inputs, g.inplace)
-    graphs, bits = [], {}
+    graphs, checks = [], {}
     for label, settings in arms.items():
         with plan.use(**settings):
-            bits[label] = identical(call(qk_norm_rope, inputs, g.inplace), split_out)
-            launch = launcher(qk_norm_rope, inputs, g.inplace)
+            checks[label] = identical(call(qk_norm_rope, inputs, g.inplace), split_out)
+            launches = [launcher(qk_norm_rope, inputs, g.inplace) for _ in range(sets)]
+            for launch in launches:
+                launch()
+            graphs.append(backend.prepare(launches, reps, label))
+    for label in copies:
+        launches, copied = zip(*(copy_launch(label, inputs, g.inplace) for _ in range(sets)),
+                               strict=True)
+        for launch in launches:
             launch()
-            graphs.append(backend.prepare([launch], inner, label))
-    sequence = [(i + r) % len(arms) for r in range(rounds) for i in range(len(arms))
+        checks[label] = all(check() for check in copied)
+        graphs.append(backend.prepare(list(launches), reps, label))
+    labels = [*arms, *copies]
+    sequence = [(i + r) % len(labels) for r in range(rounds) for i in range(len(labels))
                 for _ in range(visit)]
     seconds = backend.run(graphs, sequence, []).seconds
-    labels = list(arms)
     us = {label: [] for label in labels}
     for arm, s in zip(sequence, seconds, strict=True):
         us[labels[arm]].append(s * 1e6)
     base = statistics.median(us["default"])
-    return {"shape": shape.name, "bits_equal_split": bits, "us": us,
+    moved = {label: 2 * rows if label in copies else inputs.call(traffic.fused_bytes)
+             for label in labels}
+    return {"shape": shape.name, "cold_sets": sets, "launches_per_replay": reps,
+            "checks_passed": checks, "bytes": moved, "us": us,
             "summary": {label: {"median_us": statistics.median(v),
-                                "ratio_to_default": statistics.median(v) / base}
+                                "ratio_to_default": statistics.median(v) / base,
+                                "share_of_copy": moved[label] / statistics.median(v) * 1e6
+                                / (copy_gbps * 1e9)}
                         for label, v in us.items()}}
 
 
@@ -84,30 +146,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--visit", type=int, default=5)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
+    parser.add_argument("--arms", choices=sorted(ARM_SETS), default="k-tiles")
+    parser.add_argument("--geometries", choices=("d128", "goals"), default="d128")
+    parser.add_argument("--cold", action="store_true",
+                        help="each arm cycles over buffer sets sweeping twice the L2")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    from qkbench import limits
     from qkbench.backends import backend_for
 
     backend = backend_for(device)
-    arms = {k: {"l2_bytes": 1, **v} if args.quick else v for k, v in ARMS.items()}
+    arms = {k: {"l2_bytes": 1, **v} if args.quick else v
+            for k, v in ARM_SETS[args.arms].items()}
+    copies = copy_arms(args.arms)
+    copy_gbps = limits.copy_bandwidth(backend)["gbps"]
     out = Path(args.out) / "bench_l2_policy.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result, ok = {"rounds": args.rounds, "visit": args.visit, "arms": arms, "shapes": []}, True
-    for shape in shapes(args.quick, args.tokens):
-        entry = measure_shape(backend, shape, arms, args.rounds, args.visit,
-                              2 if args.quick else 32)
+    result = {"rounds": args.rounds, "visit": args.visit, "arms": arms, "copy_arms": copies,
+              "cold": args.cold, "copy_gbps": copy_gbps, "shapes": []}
+    ok = True
+    for shape in shapes(args.quick, args.tokens, args.geometries):
+        entry = measure_shape(backend, shape, arms, copies, args.rounds, args.visit,
+                              2 if args.quick else 32, args.cold, copy_gbps)
         result["shapes"].append(entry)
         out.write_text(json.dumps(result, indent=1))
-        same = all(entry["bits_equal_split"].values())
-        ok &= same
+        failed = [label for label, passed in entry["checks_passed"].items() if not passed]
+        ok &= not failed
         print(f"{shape.name:22s} " + "  ".join(
-            f"{k} {v['median_us']:.2f} ({v['ratio_to_default'] - 1:+.1%})"
-            for k, v in entry["summary"].items()) + ("" if same else "  BITS DIFFER"),
-            flush=True)
+            f"{k} {v['median_us']:.2f} ({v['ratio_to_default'] - 1:+.1%}, "
+            f"{v['share_of_copy']:.1%})" for k, v in entry["summary"].items())
+            + (f"  CHECK FAILED: {', '.join(failed)}" if failed else ""), flush=True)
     return 0 if ok else 1
 
 

@@ -1,5 +1,6 @@
 """The device limits' probe kernels do the work they are timed for."""
 
+import pytest
 import torch
 
 from qkbench import limits
@@ -30,3 +31,37 @@ def test_the_row_floor_flags_a_probe_that_ignores_its_position(device, monkeypat
     floor = limits.row_floor(backend_for(torch.device(device)), 1, 2, rows=8, width=16)
     assert not floor["position_then_row"]["row_copied"]
     assert floor["fixed_row"]["row_copied"]
+
+
+def test_the_rows_copy_moves_every_element_of_q_and_k_across_program_tails(device):
+    q = torch.randn(3, 5, 16, device=device).to(torch.bfloat16)  # 240: a partial program
+    k = torch.randn(3, 1, 16, device=device).to(torch.bfloat16)
+    q_out, k_out = torch.full_like(q, float("nan")), torch.full_like(k, float("nan"))
+    limits.rows_copy_launch(q, k, q_out, k_out, 64)()
+    assert torch.equal(q_out, q) and torch.equal(k_out, k)
+
+
+def test_the_rows_copy_refuses_a_strided_view(device):
+    q = torch.randn(4, 8, device=device)[:, :4]
+    with pytest.raises(ValueError, match="contiguous"):
+        limits.rows_copy_launch(q, q, q, q, 64)
+
+
+def test_the_rows_copy_times_each_block_and_checks_what_it_copied(device):
+    q, k = torch.randn(2, 4, 32, device=device), torch.randn(2, 1, 32, device=device)
+    result = limits.rows_copy(backend_for(torch.device(device)), q, k, False, 1, 2,
+                              blocks=(64, 128))
+    assert set(result) == {64, 128}
+    assert all(r["copied"] and r["median_s"] > 0 and r["bytes"] == 2 * 4 * 320
+               for r in result.values())
+
+
+def test_the_rows_copy_check_catches_a_copy_that_drops_a_tail(device, monkeypatch):
+    kernel = limits._rows_copy_kernel
+    monkeypatch.setattr(limits, "_rows_copy_kernel", {
+        (3,): lambda q, k, qo, ko, nq, nk, qp, block, **kw: kernel[(3,)](
+            q, k, qo, ko, nq - 1, nk, qp, block, **kw)})
+    q, k = torch.randn(2, 4, 32, device=device), torch.randn(2, 1, 32, device=device)
+    result = limits.rows_copy(backend_for(torch.device(device)), q, k, True, 1, 2,
+                              blocks=(128,))
+    assert not result[128]["copied"]

@@ -38,8 +38,13 @@ def test_bench_checks_times_and_tabulates_every_variant(tmp_path, capsys):
     assert result["limits"]["floor_fixed_row_us"] > 0
     kernels = result["shapes"][1]["split_kernels"]  # past the decode widths
     assert sum(k["bytes"] for k in kernels.values()) == result["shapes"][1]["bytes"]["split"]
+    copies = result["shapes"][1]["rows_copy"]  # tiny-partial: (2,1) x 128 bf16, 65 tokens
+    rows_read_and_written = 2 * 65 * (2 + 1) * 128 * 2
+    assert len(copies) > 1 and all(c["copied"] and c["bytes"] == rows_read_and_written
+                                   and c["share_of_copy"] > 0 for c in copies.values())
     table = capsys.readouterr().out
     assert table.rstrip().endswith("checks: all passed") and "host us per eager call" in table
+    assert "rows copied in one launch" in table
 
 
 @interpreter_only
@@ -69,6 +74,24 @@ def test_bench_fails_loudly_when_a_row_floor_probe_misses_its_row(tmp_path, monk
     argv = ["--device", "cpu", "--quick", "--max-tokens", "3", "--out", str(tmp_path)]
     assert bench.main(argv) == 1
     assert "the row floor's kernel did not copy the row it names" in capsys.readouterr().out
+
+
+@interpreter_only
+def test_bench_fails_loudly_when_the_rows_copy_misses_an_element(tmp_path, monkeypatch,
+                                                                 capsys):
+    from qkbench import limits
+
+    measured = limits.rows_copy
+
+    def missed(*args, **kwargs):
+        result = measured(*args, **kwargs)
+        next(iter(result.values()))["copied"] = False
+        return result
+
+    monkeypatch.setattr(limits, "rows_copy", missed)
+    bench = script("bench_kernels")
+    assert bench.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 1
+    assert "the rows' copy missed an element" in capsys.readouterr().out
 
 
 @pytest.fixture
@@ -144,7 +167,8 @@ def test_l2_policy_bench_times_every_arm_in_one_schedule(tmp_path, capsys):
     argv = ["--device", "cpu", "--quick", "--rounds", "2", "--visit", "1", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
     (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
-    assert set(entry["us"]) == set(bench.ARMS) and all(entry["bits_equal_split"].values())
+    assert set(entry["us"]) == set(bench.ARM_SETS["k-tiles"])
+    assert all(entry["checks_passed"].values())
     assert all(len(v) == 2 for v in entry["us"].values())
 
 
@@ -156,13 +180,14 @@ def test_l2_policy_quick_shape_runs_other_k_tiles_in_its_variant_arms():
     bench = script("bench_l2_policy")
     (shape,) = bench.shapes(quick=True, tokens=[])
     g = shape.geometry
+    arms = bench.ARM_SETS["k-tiles"]
 
     def k_tile(settings: dict) -> int:
         with plan.use(**{"l2_bytes": 1, **settings}):
             return fused_plans(shape.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary,
                                torch.device("cpu"))[1].block_t
 
-    assert len({k_tile(bench.ARMS[arm]) for arm in ("default", "k-tiles-3.4", "k-ratio-1")}) == 3
+    assert len({k_tile(arms[arm]) for arm in ("default", "k-tiles-3.4", "k-ratio-1")}) == 3
 
 
 @interpreter_only
@@ -171,4 +196,49 @@ def test_l2_policy_bench_fails_loudly_when_an_arm_differs_from_split(
     bench = script("bench_l2_policy")
     argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--out", str(tmp_path)]
     assert bench.main(argv) == 1
-    assert "BITS DIFFER" in capsys.readouterr().out
+    assert "CHECK FAILED: default, default-again" in capsys.readouterr().out
+
+
+@interpreter_only
+def test_l2_policy_bench_times_the_rows_copies_beside_the_op_with_their_own_bytes(tmp_path):
+    bench = script("bench_l2_policy")
+    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--arms", "copies",
+            "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
+    copies = bench.copy_arms("copies")
+    assert set(entry["us"]) == {"default", "default-again", *copies} and "copy_" in copies
+    assert all(entry["checks_passed"].values())
+    rows = 2 * 40 * (4 + 1) * 64 * 2  # the tiny shape's q and k rows, read and written
+    assert {entry["bytes"][arm] for arm in copies} == {rows}
+    assert entry["bytes"]["default"] > rows
+    assert all(v["share_of_copy"] > 0 for v in entry["summary"].values())
+
+
+@interpreter_only
+def test_l2_policy_bench_fails_loudly_when_a_rows_copy_misses_an_element(
+        tmp_path, monkeypatch, capsys):
+    from qkbench import limits
+
+    copy = limits.rows_copy_launch
+    monkeypatch.setattr(limits, "rows_copy_launch",
+                        lambda q, k, qo, ko, block: copy(q, k[:-1], qo, ko[:-1], block))
+    bench = script("bench_l2_policy")
+    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--arms", "copies",
+            "--out", str(tmp_path)]
+    assert bench.main(argv) == 1
+    assert "CHECK FAILED: rows-copy-" in capsys.readouterr().out
+
+
+@interpreter_only
+def test_l2_policy_bench_cold_cycles_each_arm_over_sets_sweeping_twice_the_l2():
+    from qkbench.backends import backend_for
+
+    bench = script("bench_l2_policy")
+    backend = backend_for(torch.device("cpu"))
+    backend.l2_bytes = 40_000  # the tiny shape's rows: 25,600 bytes, so 4 sets
+    (shape,) = bench.shapes(quick=True, tokens=[])
+    arms = {"default": {"l2_bytes": 1}}
+    entry = bench.measure_shape(backend, shape, arms, ["rows-copy-2048"], 1, 1, 2, True, 1.0)
+    assert entry["cold_sets"] == 4 and entry["launches_per_replay"] == 4
+    assert all(entry["checks_passed"].values())
