@@ -29,6 +29,7 @@ from .tiles import (
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
+    prefetch_table,
     qk_tile,
     rotate,
     store_pairs,
@@ -97,20 +98,23 @@ def _fused_tile(
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
 
 
-@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
+@triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs",
+                             "prefetch_ahead"])
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr,
     T, HQ, HK, eps, max_pos,
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks,
+    q_programs, q_head_blocks, k_head_blocks, prefetch_ahead,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    QC: tl.constexpr, KC: tl.constexpr,
+    QC: tl.constexpr, KC: tl.constexpr, PREFETCH_PERIOD: tl.constexpr,
+    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
 ):
-    is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
+    pid = tl.program_id(0)
+    is_q, tile = qk_tile(pid, q_programs, QC, KC)
     if is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
@@ -121,6 +125,15 @@ def qk_norm_rope_kernel(
                     k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
+    if PREFETCH_PERIOD:  # noqa: SIM102 (compile time: no modulo by 0 to compile)
+        # The first program of every PREFETCH_TOKENS tokens' tiles, its own tile stored,
+        # asks the L2 for the table rows of the tokens ``prefetch_ahead`` such blocks on:
+        # their tiles then find their rows there instead of waiting on DRAM for them
+        # after their reduction (where ptxas issues the table's loads).
+        if pid % PREFETCH_PERIOD == 0:
+            prefetch_table(cs_ptr, pos_ptr, pid // PREFETCH_PERIOD + prefetch_ahead, T,
+                           max_pos, stride_cs, stride_pos_t, R2, PREFETCH_TOKENS,
+                           PREFETCH_ASM)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -156,6 +169,10 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
     programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
+    period, ahead = plan.table_prefetch(
+        T, (HQ + HK) * D * q.element_size(),
+        call.rotary_dim * call.cos_sin_cache.element_size(), q_chunk, k_chunk,
+        max(plan_q.block_t, plan_k.block_t), q.device, call.axis_map is None)
     return KernelLaunch(
         qk_norm_rope_kernel, (programs,),
         (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
@@ -164,10 +181,11 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
          qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
-         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
+         plan_q.programs, plan_q.head_blocks, plan_k.head_blocks, ahead,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
+         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
+         period, plan.PREFETCH_TOKENS, q.is_cuda),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl else {})},

@@ -63,6 +63,18 @@ class Settings:
     k_token_ratio_past_l2: int = 2
     # The L2 size that ``past_l2`` compares with (0: the device's own; the CPU has none).
     l2_bytes: int = 0
+    # Past the L2, where a token's table row is at least ``table_prefetch_min_share`` of
+    # the bytes the token moves (its q and k rows read and written, and the row), a fused
+    # launch whose tiles run in chunks has the first tile program of every
+    # ``PREFETCH_TOKENS`` tokens, its own tile stored, ask the L2 for the table rows of the
+    # tokens about ``table_prefetch_per_sm`` programs per multiprocessor later
+    # (``table_prefetch``; 0: never). On the H200 (results/tuning/2026-12-04-h200/,
+    # l2policy-cc5c7af-prefetch-in-tiles, null arm within -0.8 / +0.6 %): 16 ahead ran
+    # (16,2) x 128 at T = 32768 (the table 5.3 % of the bytes) 2.5 % faster, 8 ahead
+    # 0.9 %; where the table is 2.0-2.4 % of the bytes (DiT, (32,8) x 128) or 0.9 %
+    # ((24,4) x 256 / rotary 64) the prefetches cost 2.1-11.1 %.
+    table_prefetch_per_sm: float = 16
+    table_prefetch_min_share: float = 0.04
 
 
 SETTINGS = Settings()
@@ -143,6 +155,32 @@ def qk_grid(tokens: int, plan_q: TilePlan, plan_k: TilePlan) -> tuple[int, int, 
     q_chunk = span // plan_q.block_t * plan_q.head_blocks
     k_chunk = span // plan_k.block_t * plan_k.head_blocks
     return -(-tokens // span) * (q_chunk + k_chunk), q_chunk, k_chunk
+
+
+# Tokens one prefetch program asks the L2 for: one per thread of a four-warp program.
+PREFETCH_TOKENS = 128
+
+
+def table_prefetch(tokens: int, row_bytes: int, table_bytes: int, q_chunk: int,
+                   k_chunk: int, span: int, device: torch.device,
+                   plain_positions: bool) -> tuple[int, int]:
+    """``(period, ahead)`` of a fused launch of ``tokens`` tokens, each with ``row_bytes``
+    of q and k rows and a table row of ``table_bytes``, whose tile programs run in chunks of
+    ``span`` tokens (``qk_grid``): the first of every ``period`` tile programs (the chunks
+    of ``PREFETCH_TOKENS`` tokens) asks the L2 for the table rows of the tokens ``ahead``
+    such blocks on, about ``Settings.table_prefetch_per_sm`` programs per multiprocessor
+    later. ``(0, 0)``, no prefetch, within the L2, where the table is less than
+    ``Settings.table_prefetch_min_share`` of the bytes, for a launch in q-then-k order, or
+    for MRoPE's positions (``plain_positions`` False)."""
+    s = SETTINGS
+    share = table_bytes / (2 * row_bytes + table_bytes)
+    if (not s.table_prefetch_per_sm or share < s.table_prefetch_min_share
+            or not past_l2(tokens * row_bytes, device) or not q_chunk
+            or not plain_positions or PREFETCH_TOKENS % span):
+        return 0, 0
+    period = PREFETCH_TOKENS // span * (q_chunk + k_chunk)
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
+    return period, -(-int(s.table_prefetch_per_sm * sms) // period)
 
 
 @cache

@@ -174,6 +174,27 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 
 
 @triton.jit
+def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
+                   R2: tl.constexpr, TOKENS: tl.constexpr, ASM: tl.constexpr):
+    """Ask the L2 for the table rows of tokens ``[block * TOKENS, (block + 1) * TOKENS)``
+    and go on without them: an inline PTX prefetch per 128-byte line (``ASM``; without it
+    only the positions are read, as under the interpreter). A token past ``T`` or a
+    position outside the table asks for row 0. One lane per line, each reading its
+    token's position, so that no layout conversion (shared memory) is needed."""
+    LINE: tl.constexpr = 1024 // cs_ptr.dtype.element_ty.primitive_bitwidth
+    LINES: tl.constexpr = max(1, 2 * R2 // LINE)
+    lane = tl.arange(0, TOKENS * LINES)
+    t = block * TOKENS + lane // LINES
+    m = t < T
+    pos = tl.load(pos_ptr + t.to(tl.int64) * stride_pos_t, mask=m, other=0).to(tl.int64)
+    address = (cs_ptr + tl.where(m & (pos >= 0) & (pos < max_pos), pos, 0) * stride_cs
+               + lane % LINES * LINE)
+    if ASM:
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                  [address], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def qk_tile(pid, q_programs, QC: tl.constexpr, KC: tl.constexpr):
     """Whether program ``pid`` of a q-and-k launch runs a q tile, and that tile's index
     among its tensor's tiles: every q tile then every k tile (``QC == 0``), or chunks of

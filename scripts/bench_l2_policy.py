@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies] [--geometries d128|goals] [--cold]
+        [--arms k-tiles|copies|prefetch] [--geometries d128|goals] [--cold]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
@@ -45,6 +45,13 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "k-tiles-always": {"l2_bytes": 1},
     },
     "copies": {"default": {}, "default-again": {}},
+    "prefetch": {
+        "default": {}, "default-again": {},
+        "no-prefetch": {"table_prefetch_per_sm": 0},
+        "prefetch-8": {"table_prefetch_per_sm": 8}, "prefetch-32": {"table_prefetch_per_sm": 32},
+        # Wherever a launch past the L2 runs in chunks, whatever the table's share.
+        "prefetch-any-share": {"table_prefetch_min_share": 0},
+    },
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
 

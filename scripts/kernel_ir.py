@@ -99,7 +99,7 @@ def chunks(t: int, plan_q, plan_k) -> dict:
 
 
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
-               offset=False, whole=True, pdl=False, mrope=False):
+               offset=False, whole=True, pdl=False, mrope=False, prefetch_period=0):
     plan_q, plan_k = fused_plans(t, hq, hk, d, r, None, pdl=pdl)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
@@ -111,7 +111,8 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
                 PDL=pdl, WHOLE=whole, BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
-                BHK=plan_k.block_h)
+                BHK=plan_k.block_h, prefetch_ahead=11, PREFETCH_PERIOD=prefetch_period,
+                PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PREFETCH_ASM=True)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
     return f"{label}: {tiles}, {warps} warps", qk_norm_rope_kernel, args, warps
@@ -149,6 +150,9 @@ CASES = [
     fused_case("fused (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
     fused_case("fused (32,8)x128 gptj T=8192", 8192, 32, 8, 128, 128, neox=False),
     fused_case("fused (16,2)x128 T=8192", 8192, 16, 2, 128, 128),
+    fused_case("fused (16,2)x128 T=32768", 32768, 16, 2, 128, 128),
+    fused_case("fused (16,2)x128 T=32768 prefetch", 32768, 16, 2, 128, 128,
+               prefetch_period=96),
     fused_case("fused (16,2)x256/r64 T=1", 1, 16, 2, 256, 64, offset=True),
     fused_case("fused (16,2)x256/r64 T=8192", 8192, 16, 2, 256, 64, offset=True),
     fused_case("fused (24,4)x256/r64 T=8192", 8192, 24, 4, 256, 64, offset=True),

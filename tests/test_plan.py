@@ -122,3 +122,45 @@ def test_a_span_ratio_of_zero_never_runs_chunks():
     with plan.use(interleave_qk_span_ratio=0):
         q, k = fused_plans(1, 32, 8, 128, 128, H200)
         assert plan.qk_grid(1, q, k) == (q.programs + k.programs, 0, 0)
+
+
+def table_prefetch(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary: int,
+                   plain_positions: bool = True) -> tuple[int, int]:
+    """The fused launch's table prefetch for bf16 rows and an fp32 table on the H200."""
+    q, k = fused_plans(tokens, heads_q, heads_k, head_dim, rotary, H200)
+    _, q_chunk, k_chunk = plan.qk_grid(tokens, q, k)
+    return plan.table_prefetch(tokens, (heads_q + heads_k) * head_dim * 2, rotary * 4,
+                               q_chunk, k_chunk, max(q.block_t, k.block_t), H200,
+                               plain_positions)
+
+
+@pytest.mark.parametrize("tokens", [16384, 32768])
+def test_past_the_l2_a_table_of_over_4_percent_of_the_bytes_is_prefetched_16_per_sm_ahead(
+        tokens):
+    # (16,2) x 128: 512 table bytes of 9,728 a token. Chunks of 4 tokens, 3 programs each:
+    # every 96th program prefetches, 22 blocks of 128 tokens (16 x 132 programs) ahead.
+    assert table_prefetch(tokens, 16, 2, 128, 128) == (96, 22)
+
+
+@pytest.mark.parametrize("heads_q, heads_k, head_dim, rotary", [
+    (32, 8, 128, 128),  # the table 2.4 % of the bytes
+    (24, 24, 128, 128),  # DiT's heads: 2.0 %
+    (16, 2, 256, 64),  # 1.4 %
+])
+def test_a_table_of_a_small_share_of_the_bytes_is_never_prefetched(heads_q, heads_k,
+                                                                    head_dim, rotary):
+    assert table_prefetch(32768, heads_q, heads_k, head_dim, rotary) == (0, 0)
+
+
+def test_within_the_l2_the_table_is_never_prefetched():
+    with plan.use(l2_bytes=200 << 20):  # (16,2) x 128 at T = 32768: 144 MiB of rows
+        assert table_prefetch(32768, 16, 2, 128, 128) == (0, 0)
+
+
+def test_mrope_positions_are_never_prefetched():
+    assert table_prefetch(32768, 16, 2, 128, 128, plain_positions=False) == (0, 0)
+
+
+def test_a_prefetch_distance_of_zero_turns_the_prefetch_off():
+    with plan.use(table_prefetch_per_sm=0):
+        assert table_prefetch(32768, 16, 2, 128, 128) == (0, 0)

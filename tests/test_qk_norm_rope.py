@@ -7,7 +7,7 @@ import torch
 
 from qkbench.accuracy import differing_share
 from qkbench.case import Case, Geometry, make_inputs
-from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split, rms_norm, rope
+from qkbench.kernels import launch, plan, qk_norm_rope, qk_norm_rope_split, rms_norm, rope
 
 from conftest import gpu_only
 from helpers import assert_bit_identical, assert_matches_oracle, oracle_of
@@ -131,6 +131,9 @@ TILE_SETTINGS = {
     "chunks-always": {"interleave_qk_span_ratio": 64},
     # Every launch past an L2 of one byte: GQA's k tiles cut to twice a q tile's tokens.
     "k-tiles-past-l2": {"l2_bytes": 1},
+    # Table prefetch programs between the tiles at every T (chunked launches only).
+    "table-prefetch": {"table_prefetch_per_sm": 2, "table_prefetch_min_share": 0, "l2_bytes": 1,
+                       "interleave_qk_span_ratio": 64},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
@@ -156,6 +159,20 @@ GPU_TILE_CASES = [
 def test_every_tile_shape_is_bit_identical_to_the_split_route(c, settings, device):
     with plan.use(**settings):
         _, (fq, fk), (sq, sk) = routes_on(c, 3, device)
+    assert_bit_identical(fq, sq, "q")
+    assert_bit_identical(fk, sk, "k")
+
+
+def test_table_prefetches_from_tile_programs_leave_every_tile_bit_identical(device):
+    # Tiles of 4 q and 8 k tokens: 16 chunks of 3 tile programs per 128 tokens, so that
+    # 300 tokens take three blocks, the first program of each prefetching.
+    c = case(tokens=300, heads_q=2, heads_k=1, head_dim=32, inplace=False)
+    settings = {"table_prefetch_per_sm": 2, "table_prefetch_min_share": 0, "l2_bytes": 1,
+                "elems_per_program": 256, "min_bytes_per_thread": 0}
+    with plan.use(**settings), launch.recording() as launches:
+        _, (fq, fk), (sq, sk) = routes_on(c, 4, device)
+    fused = launches[0][0].settings()["args"]
+    assert fused["PREFETCH_PERIOD"] == 48 and launches[0][0].grid[0] == 114
     assert_bit_identical(fq, sq, "q")
     assert_bit_identical(fk, sk, "k")
 
