@@ -58,40 +58,28 @@ def test_bench_measures_only_the_shapes_up_to_max_tokens(tmp_path):
 
 
 @interpreter_only
-def test_bench_fails_loudly_when_a_row_floor_probe_misses_its_row(tmp_path, monkeypatch,
-                                                                   capsys):
+@pytest.mark.parametrize("probe, check, max_tokens, message", [
+    ("row_floor", lambda r: r["position_then_row"], "3",
+     "the row floor's kernel did not copy the row it names"),
+    ("rows_copy", lambda r: next(iter(r.values())), "65", "the rows' copy missed an element"),
+], ids=["row-floor", "rows-copy"])
+def test_bench_fails_loudly_when_a_limit_probe_misses_what_it_copies(
+        tmp_path, monkeypatch, capsys, probe, check, max_tokens, message):
     from qkbench import limits
 
-    measured = limits.row_floor
+    measured = getattr(limits, probe)
 
     def missed(*args, **kwargs):
         result = measured(*args, **kwargs)
-        result["position_then_row"]["row_copied"] = False
+        flags = check(result)
+        flags.update({key: False for key in ("row_copied", "copied") if key in flags})
         return result
 
-    monkeypatch.setattr(limits, "row_floor", missed)
+    monkeypatch.setattr(limits, probe, missed)
     bench = script("bench_kernels")
-    argv = ["--device", "cpu", "--quick", "--max-tokens", "3", "--out", str(tmp_path)]
+    argv = ["--device", "cpu", "--quick", "--max-tokens", max_tokens, "--out", str(tmp_path)]
     assert bench.main(argv) == 1
-    assert "the row floor's kernel did not copy the row it names" in capsys.readouterr().out
-
-
-@interpreter_only
-def test_bench_fails_loudly_when_the_rows_copy_misses_an_element(tmp_path, monkeypatch,
-                                                                 capsys):
-    from qkbench import limits
-
-    measured = limits.rows_copy
-
-    def missed(*args, **kwargs):
-        result = measured(*args, **kwargs)
-        next(iter(result.values()))["copied"] = False
-        return result
-
-    monkeypatch.setattr(limits, "rows_copy", missed)
-    bench = script("bench_kernels")
-    assert bench.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 1
-    assert "the rows' copy missed an element" in capsys.readouterr().out
+    assert message in capsys.readouterr().out
 
 
 @pytest.fixture
