@@ -122,7 +122,7 @@ def row_floor(backend: Backend, inner_reps: int, samples: int = 100, rows: int =
 
 
 # Elements a program of the rows' copy moves: the fused kernel's q programs hold 4096.
-ROWS_COPY_BLOCKS = (2048, 4096, 8192, 16384)
+ROWS_COPY_BLOCKS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
 def rows_copy(backend: Backend, q: torch.Tensor, k: torch.Tensor, inplace: bool,

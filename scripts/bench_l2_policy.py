@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|prefetch] [--geometries d128|goals] [--cold]
+        [--arms k-tiles|copies|prefetch|programs] [--geometries d128|goals] [--cold]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
@@ -51,6 +51,13 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "prefetch-8": {"table_prefetch_per_sm": 8}, "prefetch-32": {"table_prefetch_per_sm": 32},
         # Wherever a launch past the L2 runs in chunks, whatever the table's share.
         "prefetch-any-share": {"table_prefetch_min_share": 0},
+    },
+    # Smaller programs: one launch copying the rows ran fastest at 1024 elements a program.
+    "programs": {
+        "default": {}, "default-again": {},
+        "elems1024": {"elems_per_program": 1024, "partial_elems_per_program": 1024},
+        "elems2048": {"elems_per_program": 2048},
+        "warp512": {"elems_per_warp": 512},
     },
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
