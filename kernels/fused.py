@@ -185,7 +185,8 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
-         period, plan.PREFETCH_TOKENS, q.is_cuda),
+         # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
+         period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl else {})},

@@ -69,10 +69,11 @@ class Settings:
     # ``PREFETCH_TOKENS`` tokens, its own tile stored, ask the L2 for the table rows of the
     # tokens about ``table_prefetch_per_sm`` programs per multiprocessor later
     # (``table_prefetch``; 0: never). On the H200 (results/tuning/2026-12-04-h200/,
-    # l2policy-cc5c7af-prefetch-in-tiles, null arm within -0.8 / +0.6 %): 16 ahead ran
-    # (16,2) x 128 at T = 32768 (the table 5.3 % of the bytes) 2.5 % faster, 8 ahead
-    # 0.9 %; where the table is 2.0-2.4 % of the bytes (DiT, (32,8) x 128) or 0.9 %
-    # ((24,4) x 256 / rotary 64) the prefetches cost 2.1-11.1 %.
+    # l2policy-3944a7b-prefetch-rule, null arm within -0.4 / +1.2 %): without it (16,2) x 128
+    # (the table 5.3 % of the bytes) ran 2.7-3.2 % slower at T = 16384-65536, 8 ahead
+    # 1.4-1.7 % slower than 16, 32 within 0.5 %; where the table is 2.4 % ((32,8) x 128) or
+    # 0.9 % ((24,4) x 256 / rotary 64) the prefetch cost 2.6-4.1 % (and 2.1-11.1 % at DiT in
+    # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
 
@@ -169,9 +170,10 @@ def table_prefetch(tokens: int, row_bytes: int, table_bytes: int, q_chunk: int,
     ``span`` tokens (``qk_grid``): the first of every ``period`` tile programs (the chunks
     of ``PREFETCH_TOKENS`` tokens) asks the L2 for the table rows of the tokens ``ahead``
     such blocks on, about ``Settings.table_prefetch_per_sm`` programs per multiprocessor
-    later. ``(0, 0)``, no prefetch, within the L2, where the table is less than
-    ``Settings.table_prefetch_min_share`` of the bytes, for a launch in q-then-k order, or
-    for MRoPE's positions (``plain_positions`` False)."""
+    later (rounded up). ``(0, 0)``, no prefetch, within the L2, where the table is less
+    than ``Settings.table_prefetch_min_share`` of the bytes, for a launch in q-then-k order,
+    where ``span`` does not divide ``PREFETCH_TOKENS``, or for MRoPE's positions
+    (``plain_positions`` False)."""
     s = SETTINGS
     share = table_bytes / (2 * row_bytes + table_bytes)
     if (not s.table_prefetch_per_sm or share < s.table_prefetch_min_share

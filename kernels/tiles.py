@@ -181,6 +181,7 @@ def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
     only the positions are read, as under the interpreter). A token past ``T`` or a
     position outside the table asks for row 0. One lane per line, each reading its
     token's position, so that no layout conversion (shared memory) is needed."""
+    # Elements of one 128-byte (1024-bit) line; rows are taken to start on a line.
     LINE: tl.constexpr = 1024 // cs_ptr.dtype.element_ty.primitive_bitwidth
     LINES: tl.constexpr = max(1, 2 * R2 // LINE)
     lane = tl.arange(0, TOKENS * LINES)

@@ -53,10 +53,15 @@ def rows_copy_launch(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,
     tensors = (q, k, q_out, k_out)
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError("rows_copy_launch needs contiguous tensors")
-    if q_out.shape != q.shape or k_out.shape != k.shape:
-        raise ValueError("rows_copy_launch: each output must have its input's shape")
+    if any(o.shape != x.shape or o.dtype != x.dtype or o.device != x.device
+           for x, o in ((q, q_out), (k, k_out))):
+        raise ValueError("rows_copy_launch: each output must have its input's shape, dtype "
+                         "and device")
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"rows_copy_launch: block must be a power of two, got {block}")
     q_programs = -(-q.numel() // block)
     grid = (q_programs + -(-k.numel() // block),)
+    # One warp per 1024 elements, as the op's kernels (kernels.plan.Settings.elems_per_warp).
     warps = max(1, min(8, block // 1024))
     return lambda: _rows_copy_kernel[grid](q, k, q_out, k_out, q.numel(), k.numel(),
                                            q_programs, block, num_warps=warps)

@@ -49,10 +49,11 @@ def _input_sets(case: Case, seed: int, backend: Backend, cold: bool) -> list[Inp
 
 def cold_sets(backend: Backend, set_bytes: int) -> int:
     """How many buffer sets of ``set_bytes`` each a replay must cycle through so that it
-    sweeps twice the backend's L2 before any set comes round again (1 without an L2)."""
+    sweeps twice the backend's L2 before any set comes round again (1 without an L2; at
+    most ``MAX_COLD_SETS``, where sets so small sweep less)."""
     if not backend.l2_bytes:
         return 1
-    return min(MAX_COLD_SETS, max(1, ceil(2 * backend.l2_bytes / set_bytes)))
+    return min(MAX_COLD_SETS, max(1, ceil(2 * backend.l2_bytes / max(1, set_bytes))))
 
 
 def _launches_per_replay(p: Protocol, input_sets: list[Inputs]) -> int:

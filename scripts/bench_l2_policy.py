@@ -7,10 +7,11 @@ left behind.
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
-settings of the ``--arms`` set (``ARM_SETS``). ``--arms copies`` times instead what the
-op's bytes allow at its own size: one launch that only copies its rows, at each program
-size of ``qkbench.limits.ROWS_COPY_BLOCKS`` (``rows-copy-N``), and the harness's same-bytes
-reference, a ``copy_`` of q and of k (``copy_``). ``--cold`` gives each arm enough buffer
+settings of the ``--arms`` set (``ARM_SETS``). ``--arms copies`` adds, beside the default
+twice, what a plain copy of the op's bytes reaches at its own size: one launch that only
+copies its rows, at each program size of ``qkbench.limits.ROWS_COPY_BLOCKS``
+(``rows-copy-N``), and the harness's same-bytes reference, a ``copy_`` of q and of k
+(``copy_``). ``--cold`` gives each arm enough buffer
 sets to sweep twice the L2 before one comes round again (``qkbench.worker.cold_sets``).
 Each round visits the arms in an order rotated by one, taking ``--visit`` samples of each.
 Reports per arm the median per-call us, its ratio to ``default`` and its share of the
@@ -108,7 +109,7 @@ def copy_launch(arm: str, inputs, inplace: bool):
 
 
 def measure_shape(backend, shape: Shape, arms: dict, copies: list[str], rounds: int,
-                  visit: int, inner: int, cold: bool, copy_gbps: float) -> dict:
+                  visit: int, inner: int, *, cold: bool, copy_gbps: float) -> dict:
     from qkbench.case import Case, make_inputs
     from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split, traffic
     from qkbench.worker import cold_sets
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for shape in shapes(args.quick, args.tokens, args.geometries):
         entry = measure_shape(backend, shape, arms, copies, args.rounds, args.visit,
-                              2 if args.quick else 32, args.cold, copy_gbps)
+                              2 if args.quick else 32, cold=args.cold, copy_gbps=copy_gbps)
         result["shapes"].append(entry)
         out.write_text(json.dumps(result, indent=1))
         failed = [label for label, passed in entry["checks_passed"].items() if not passed]

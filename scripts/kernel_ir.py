@@ -30,6 +30,7 @@ from qkbench.kernels.plan import next_pow2
 from qkbench.kernels.rms_norm import norm_plan, rms_norm_kernel
 from qkbench.kernels.rope import pass_width, rope_kernel, rope_plans
 from qkbench.kernels.tiles import COMPILE_OPTIONS
+from qkbench.limits import _rows_copy_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -99,7 +100,9 @@ def chunks(t: int, plan_q, plan_k) -> dict:
 
 
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
-               offset=False, whole=True, pdl=False, mrope=False, prefetch_period=0):
+               offset=False, whole=True, pdl=False, mrope=False, prefetch=(0, 0)):
+    """``prefetch``: the launch's ``(PREFETCH_PERIOD, prefetch_ahead)``
+    (``plan.table_prefetch``; (0, 0) compiles the prefetch out)."""
     plan_q, plan_k = fused_plans(t, hq, hk, d, r, None, pdl=pdl)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
@@ -111,11 +114,20 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
                 PDL=pdl, WHOLE=whole, BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
-                BHK=plan_k.block_h, prefetch_ahead=11, PREFETCH_PERIOD=prefetch_period,
+                BHK=plan_k.block_h, PREFETCH_PERIOD=prefetch[0], prefetch_ahead=prefetch[1],
                 PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PREFETCH_ASM=True)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
     return f"{label}: {tiles}, {warps} warps", qk_norm_rope_kernel, args, warps
+
+
+def rows_copy_case(block: int):
+    """``qkbench.limits.rows_copy_launch`` at (32,8) x 128, T = 8192, ``block`` a program."""
+    nq, nk = 8192 * 32 * 128, 8192 * 8 * 128
+    args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16", NQ=nq, NK=nk,
+                q_programs=nq // block, BLOCK=block)
+    warps = max(1, min(8, block // 1024))
+    return f"rows copy, {block} a program: {warps} warps", _rows_copy_kernel, args, warps
 
 
 def norm_case(label: str, t: int, h: int, d: int):
@@ -151,8 +163,8 @@ CASES = [
     fused_case("fused (32,8)x128 gptj T=8192", 8192, 32, 8, 128, 128, neox=False),
     fused_case("fused (16,2)x128 T=8192", 8192, 16, 2, 128, 128),
     fused_case("fused (16,2)x128 T=32768", 32768, 16, 2, 128, 128),
-    fused_case("fused (16,2)x128 T=32768 prefetch", 32768, 16, 2, 128, 128,
-               prefetch_period=96),
+    # The prefetch as the plan sets it there on the H200 (tests/test_plan.py).
+    fused_case("fused (16,2)x128 T=32768 prefetch", 32768, 16, 2, 128, 128, prefetch=(96, 22)),
     fused_case("fused (16,2)x256/r64 T=1", 1, 16, 2, 256, 64, offset=True),
     fused_case("fused (16,2)x256/r64 T=8192", 8192, 16, 2, 256, 64, offset=True),
     fused_case("fused (24,4)x256/r64 T=8192", 8192, 24, 4, 256, 64, offset=True),
@@ -165,6 +177,7 @@ CASES = [
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
     rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
     rope_case("rope (16,2)x256/r64 T=8192 out of place", 8192, 16, 2, 256, 64, inplace=False),
+    *(rows_copy_case(block) for block in (512, 1024, 2048, 4096)),
 ]
 
 

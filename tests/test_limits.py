@@ -57,11 +57,24 @@ def test_the_rows_copy_times_each_block_and_checks_what_it_copied(device):
 
 
 def test_the_rows_copy_check_catches_a_copy_that_drops_a_tail(device, monkeypatch):
-    kernel = limits._rows_copy_kernel
-    monkeypatch.setattr(limits, "_rows_copy_kernel", {
-        (3,): lambda q, k, qo, ko, nq, nk, qp, block, **kw: kernel[(3,)](
-            q, k, qo, ko, nq - 1, nk, qp, block, **kw)})
+    launch = limits.rows_copy_launch
+    monkeypatch.setattr(limits, "rows_copy_launch", lambda q, k, qo, ko, block: launch(
+        q, k[:-1], qo, ko[:-1], block))  # k's last token never copied
     q, k = torch.randn(2, 4, 32, device=device), torch.randn(2, 1, 32, device=device)
     result = limits.rows_copy(backend_for(torch.device(device)), q, k, True, 1, 2,
                               blocks=(128,))
     assert not result[128]["copied"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda q: {"q_out": q[:, :2].contiguous()}, "shape, dtype and device"),
+    (lambda q: {"q_out": q.double()}, "shape, dtype and device"),
+    (lambda q: {"block": 96}, "power of two, got 96"),
+], ids=["shape", "dtype", "block"])
+def test_the_rows_copy_refuses_outputs_unlike_their_inputs_and_odd_blocks(device, change,
+                                                                          message):
+    q, k = torch.randn(2, 4, 32, device=device), torch.randn(2, 1, 32, device=device)
+    args = {"q": q, "k": k, "q_out": torch.empty_like(q), "k_out": torch.empty_like(k),
+            "block": 64, **change(q)}
+    with pytest.raises(ValueError, match=message):
+        limits.rows_copy_launch(**args)

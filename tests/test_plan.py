@@ -142,6 +142,27 @@ def test_past_the_l2_a_table_of_over_4_percent_of_the_bytes_is_prefetched_16_per
     assert table_prefetch(tokens, 16, 2, 128, 128) == (96, 22)
 
 
+def test_a_table_of_a_tenth_of_the_bytes_is_prefetched_too():
+    # (8,1) x 128: 512 of 5,120 bytes a token; chunks of 8 tokens, 2 q and 1 k program.
+    assert table_prefetch(32768, 8, 1, 128, 128) == (48, 44)
+
+
+def test_a_table_just_under_4_percent_of_the_bytes_is_not_prefetched():
+    assert table_prefetch(32768, 24, 2, 128, 128) == (0, 0)  # 512 of 13,824 bytes: 3.7 %
+    with plan.use(table_prefetch_min_share=0.037):
+        assert table_prefetch(32768, 24, 2, 128, 128) != (0, 0)
+
+
+def test_a_launch_in_q_then_k_order_is_never_prefetched():
+    with plan.use(interleave_qk_span_ratio=0):
+        assert table_prefetch(32768, 16, 2, 128, 128) == (0, 0)
+
+
+def test_chunks_that_do_not_divide_128_tokens_are_never_prefetched():
+    assert plan.table_prefetch(32768, 18 * 128 * 2, 512, 2, 1, 3, H200, True) == (0, 0)
+    assert plan.table_prefetch(32768, 18 * 128 * 2, 512, 2, 1, 4, H200, True) == (96, 22)
+
+
 @pytest.mark.parametrize("heads_q, heads_k, head_dim, rotary", [
     (32, 8, 128, 128),  # the table 2.4 % of the bytes
     (24, 24, 128, 128),  # DiT's heads: 2.0 %

@@ -131,7 +131,8 @@ TILE_SETTINGS = {
     "chunks-always": {"interleave_qk_span_ratio": 64},
     # Every launch past an L2 of one byte: GQA's k tiles cut to twice a q tile's tokens.
     "k-tiles-past-l2": {"l2_bytes": 1},
-    # Table prefetch programs between the tiles at every T (chunked launches only).
+    # The table prefetch from the first tile program of every 128 tokens, past an L2 of one
+    # byte whatever the table's share (chunked launches only).
     "table-prefetch": {"table_prefetch_per_sm": 2, "table_prefetch_min_share": 0, "l2_bytes": 1,
                        "interleave_qk_span_ratio": 64},
 }
