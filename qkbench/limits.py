@@ -61,10 +61,22 @@ def rows_copy_launch(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,
         raise ValueError(f"rows_copy_launch: block must be a power of two, got {block}")
     q_programs = -(-q.numel() // block)
     grid = (q_programs + -(-k.numel() // block),)
-    # One warp per 1024 elements, as the op's kernels (kernels.plan.Settings.elems_per_warp).
-    warps = max(1, min(8, block // 1024))
     return lambda: _rows_copy_kernel[grid](q, k, q_out, k_out, q.numel(), k.numel(),
-                                           q_programs, block, num_warps=warps)
+                                           q_programs, block, num_warps=rows_copy_warps(block))
+
+
+def rows_copy_warps(block: int) -> int:
+    """The warps of a rows' copy program of ``block`` elements: one per 1024, as the op's
+    kernels (``kernels.plan.Settings.elems_per_warp``), 1 to 8."""
+    return max(1, min(8, block // 1024))
+
+
+def rows_copy_copies_all(q: torch.Tensor, k: torch.Tensor, block: int) -> bool:
+    """Whether ``rows_copy_launch`` at ``block`` copies every element of ``q`` and ``k``,
+    checked into NaN-filled outputs (copied in place, a row could not show it)."""
+    check = [torch.full_like(x, float("nan")) for x in (q, k)]
+    rows_copy_launch(q, k, *check, block)()
+    return all(torch.equal(a, b) for a, b in zip((q, k), check, strict=True))
 
 
 def per_call_seconds(backend: Backend, launch, inner_reps: int, samples: int,
@@ -140,14 +152,12 @@ def rows_copy(backend: Backend, q: torch.Tensor, k: torch.Tensor, inplace: bool,
     dst = src if inplace else [torch.empty_like(x) for x in src]
     result = {}
     for block in blocks:
-        check = [torch.full_like(x, float("nan")) for x in src]
-        rows_copy_launch(*src, *check, block)()
+        copied = rows_copy_copies_all(*src, block)
         seconds = per_call_seconds(backend, rows_copy_launch(*src, *dst, block), inner_reps,
                                    samples, "rows copy")
         result[block] = {"median_s": statistics.median(seconds), "samples": seconds,
                          "bytes": 2 * sum(x.numel() * x.element_size() for x in src),
-                         "copied": all(torch.equal(a, b) for a, b in zip(src, check,
-                                                                         strict=True))}
+                         "copied": copied}
     return result
 
 

@@ -90,8 +90,8 @@ def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Sha
 
 def copy_launch(arm: str, inputs, inplace: bool):
     """A launch of copy arm ``arm`` on buffers of its own, and a check that it copies."""
+    from qkbench import limits
     from qkbench.case import fresh_copy
-    from qkbench.limits import rows_copy_launch
 
     if arm == "copy_":
         src = [fresh_copy(x) for x in (inputs.q, inputs.k)]
@@ -101,11 +101,8 @@ def copy_launch(arm: str, inputs, inplace: bool):
     block = int(arm.rsplit("-", 1)[1])
     src = [x.contiguous().clone() for x in (inputs.q, inputs.k)]
     dst = src if inplace else [torch.empty_like(x) for x in src]
-    # Copied in place, a row cannot show whether it was copied: check into NaN instead.
-    probe = [torch.full_like(x, float("nan")) for x in src]
-    rows_copy_launch(*src, *probe, block)()
-    return (rows_copy_launch(*src, *dst, block),
-            lambda: all(torch.equal(a, b) for a, b in zip(probe, src, strict=True)))
+    copied = limits.rows_copy_copies_all(*src, block)
+    return limits.rows_copy_launch(*src, *dst, block), lambda: copied
 
 
 def measure_shape(backend, shape: Shape, arms: dict, copies: list[str], rounds: int,

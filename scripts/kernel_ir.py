@@ -30,7 +30,7 @@ from qkbench.kernels.plan import next_pow2
 from qkbench.kernels.rms_norm import norm_plan, rms_norm_kernel
 from qkbench.kernels.rope import pass_width, rope_kernel, rope_plans
 from qkbench.kernels.tiles import COMPILE_OPTIONS
-from qkbench.limits import _rows_copy_kernel
+from qkbench.limits import _rows_copy_kernel, rows_copy_warps
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -126,7 +126,7 @@ def rows_copy_case(block: int):
     nq, nk = 8192 * 32 * 128, 8192 * 8 * 128
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16", NQ=nq, NK=nk,
                 q_programs=nq // block, BLOCK=block)
-    warps = max(1, min(8, block // 1024))
+    warps = rows_copy_warps(block)
     return f"rows copy, {block} a program: {warps} warps", _rows_copy_kernel, args, warps
 
 
