@@ -29,13 +29,10 @@ from .tiles import (
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
-    positions,
-    prefetch_rows,
     prefetch_table,
     qk_tile,
     rotate,
     store_pairs,
-    table_rows,
     tile_coords,
     token_head_base,
 )
@@ -50,28 +47,16 @@ def _fused_tile(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr,
 ):
+    R: tl.constexpr = 2 * R2
+    dtype = o_ptr.dtype.element_ty
     t, h = tile_coords(pid, n_head_blocks, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
+
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
                           stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
-    _fused_rows(x_row, o_row, mask, w_ptr, c, s, valid, eps, D, DB, R2, NEOX, OFFSET, PDL,
-                WHOLE, BT, BH)
-
-
-@triton.jit
-def _fused_rows(
-    x_row, o_row, mask, w_ptr, c, s, valid, eps,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr,
-):
-    """Normalise the rows at ``x_row`` (``token_head_base``) and rotate them by the table
-    tiles ``c, s`` (``cos_sin``) into ``o_row``."""
-    R: tl.constexpr = 2 * R2
-    dtype = o_row.dtype.element_ty
     i1, i2 = pair_offsets(R2, NEOX)
     w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
     w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
@@ -151,78 +136,6 @@ def qk_norm_rope_kernel(
                            PREFETCH_ASM)
 
 
-@triton.jit
-def _fused_loop(
-    x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, first, step, n_tiles, n_head_blocks,
-    T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh, stride_cs, stride_pos_t,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, WHOLE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
-    ROWS_AHEAD: tl.constexpr, PREFETCH_ASM: tl.constexpr,
-):
-    """Tiles ``first, first + step, ...`` below ``n_tiles`` of one tensor, with plain
-    positions, so that the chain of a position and then the table row it names waits behind
-    the tile before instead of in front of the tile's own rotation: each tile's positions
-    are read a tile ahead, and its table rows either read a tile ahead into registers
-    (``ROWS_AHEAD``) or, without it, asked of the L2 a tile ahead (``PREFETCH_ASM``: inline
-    PTX, CUDA only) and read in the tile's turn."""
-    t = tile_coords(first, n_head_blocks, BT, BH)[0]
-    pos = positions(pos_ptr, t, T, stride_pos_t)
-    if ROWS_AHEAD:
-        c, s, valid = table_rows(cs_ptr, pos, t, T, max_pos, stride_cs, R2, BH)
-        t = tile_coords(first + step, n_head_blocks, BT, BH)[0]
-        pos = positions(pos_ptr, t, T, stride_pos_t)
-    for tile in range(first, n_tiles, step):
-        t, h = tile_coords(tile, n_head_blocks, BT, BH)
-        t_next = tile_coords(tile + step, n_head_blocks, BT, BH)[0]
-        if ROWS_AHEAD:
-            # pos is the next tile's: its rows now, the positions of the tile after it.
-            c_next, s_next, valid_next = table_rows(cs_ptr, pos, t_next, T, max_pos,
-                                                    stride_cs, R2, BH)
-            pos = positions(pos_ptr, tile_coords(tile + 2 * step, n_head_blocks, BT, BH)[0],
-                            T, stride_pos_t)
-        else:
-            # pos is this tile's: the next tile's positions now, and its rows into the L2.
-            c, s, valid = table_rows(cs_ptr, pos, t, T, max_pos, stride_cs, R2, BH)
-            pos = positions(pos_ptr, t_next, T, stride_pos_t)
-            if PREFETCH_ASM:
-                prefetch_rows(cs_ptr, pos, t_next, T, max_pos, stride_cs, R2)
-        x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
-        o_row = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)[0]
-        _fused_rows(x_row, o_row, mask, w_ptr, c, s, valid, eps, D, DB, R2, NEOX, OFFSET,
-                    False, WHOLE, BT, BH)
-        if ROWS_AHEAD:
-            c, s, valid = c_next, s_next, valid_next
-
-
-@triton.jit(do_not_specialize=["T", "max_pos", "q_loop_programs", "q_tiles", "k_tiles"])
-def qk_norm_rope_loop_kernel(
-    q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr,
-    T, HQ, HK, eps, max_pos,
-    stride_qt, stride_qh, stride_kt, stride_kh,
-    stride_qot, stride_qoh, stride_kot, stride_koh, stride_cs, stride_pos_t,
-    q_loop_programs, q_tiles, k_tiles, q_head_blocks, k_head_blocks,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, WHOLE: tl.constexpr,
-    BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
-    ROWS_AHEAD: tl.constexpr, PREFETCH_ASM: tl.constexpr,
-):
-    """The fused kernel as a fixed number of programs, each looping over its tensor's
-    tiles (``plan.loop_programs``): the first ``q_loop_programs`` over q's, the rest over
-    k's."""
-    pid = tl.program_id(0)
-    if pid < q_loop_programs:
-        _fused_loop(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, pid, q_loop_programs, q_tiles,
-                    q_head_blocks, T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot,
-                    stride_qoh, stride_cs, stride_pos_t, D, DB, R2, NEOX, OFFSET, WHOLE,
-                    BTQ, BHQ, ROWS_AHEAD, PREFETCH_ASM)
-    else:
-        _fused_loop(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, pid - q_loop_programs,
-                    tl.num_programs(0) - q_loop_programs, k_tiles, k_head_blocks, T, HK,
-                    eps, max_pos, stride_kt, stride_kh, stride_kot, stride_koh, stride_cs,
-                    stride_pos_t, D, DB, R2, NEOX, OFFSET, WHOLE, BTK, BHK, ROWS_AHEAD,
-                    PREFETCH_ASM)
-
-
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
                 device: torch.device, element_size: int = 2,
                 pdl: bool = False) -> tuple[TilePlan, TilePlan]:
@@ -280,34 +193,6 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
     )
 
 
-def fused_loop_launch(call: RopeCall, eps: float, offset: bool,
-                      plans: tuple[TilePlan, TilePlan], programs: tuple[int, int]
-                      ) -> KernelLaunch:
-    """The fused kernel's launch as ``programs`` (q's, k's) looping over the tiles of
-    ``plans``, for a validated call with plain positions."""
-    T, HQ, D = call.q.shape
-    plan_q, plan_k = plans
-    q, k, qo, ko = call.q, call.k, call.q_out, call.k_out
-    return KernelLaunch(
-        qk_norm_rope_loop_kernel, (sum(programs),),
-        (calls.Q, calls.K, calls.Q_OUT, calls.K_OUT, calls.Q_WEIGHT, calls.K_WEIGHT,
-         calls.CACHE, calls.POSITIONS),
-        (T, HQ, call.k.shape[1], eps, call.max_pos,
-         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-         qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
-         call.cos_sin_cache.stride(0), call.positions.stride(1),
-         programs[0], plan_q.programs, plan_k.programs, plan_q.head_blocks,
-         plan_k.head_blocks, D, next_pow2(D), call.rotary_dim // 2, call.neox, offset,
-         plan.SETTINGS.whole_pass_tile,
-         plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h,
-         plan.SETTINGS.loop_rows_ahead, q.is_cuda and torch.version.hip is None),
-        # One stage: the loop's loads stay the registers' prefetch written here, not
-        # Triton's pipelining through shared memory.
-        {"num_warps": max(plan_q.num_warps, plan_k.num_warps), "num_stages": 1,
-         **COMPILE_OPTIONS},
-    )
-
-
 def qk_norm_rope(
     q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
     positions: torch.Tensor, cos_sin_cache: torch.Tensor, *, eps: float = 1e-6,
@@ -342,11 +227,7 @@ def qk_norm_rope(
         T, HQ, D = call.q.shape
         plans = fused_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
                             q.element_size(), use_pdl)
-        loop = (0, 0) if use_pdl or call.axis_map is not None else plan.loop_programs(
-            plans[0].programs, plans[1].programs, HQ, call.k.shape[1],
-            max(plans[0].num_warps, plans[1].num_warps), q.device)
-        launches = nonempty(fused_loop_launch(call, norm_eps, offset, plans, loop) if loop[0]
-                            else fused_launch(call, norm_eps, offset, use_pdl, plans))
+        launches = nonempty(fused_launch(call, norm_eps, offset, use_pdl, plans))
         return calls.Resolved(launches, bool(inplace), call.max_pos)
 
     return calls.call("fused", tensors, options, build, check_positions)

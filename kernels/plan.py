@@ -76,13 +76,6 @@ class Settings:
     # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
-    # Warps per multiprocessor of a fused launch made of a fixed set of programs that each
-    # loop over tiles of one tensor, reading each tile's table rows a tile ahead
-    # (``loop_programs``; 0: one program per tile).
-    loop_warps_per_sm: int = 0
-    # Whether those programs read each tile's table rows a tile ahead into registers (else
-    # they ask the L2 for them a tile ahead).
-    loop_rows_ahead: bool = True
 
 
 SETTINGS = Settings()
@@ -190,21 +183,6 @@ def table_prefetch(tokens: int, row_bytes: int, table_bytes: int, q_chunk: int,
     period = PREFETCH_TOKENS // span * (q_chunk + k_chunk)
     sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
     return period, -(-int(s.table_prefetch_per_sm * sms) // period)
-
-
-def loop_programs(tiles_q: int, tiles_k: int, heads_q: int, heads_k: int, warps: int,
-                  device: torch.device) -> tuple[int, int]:
-    """``(q programs, k programs)`` of a fused launch of ``warps``-warp programs that loop
-    over tiles (``Settings.loop_warps_per_sm`` warps a multiprocessor, shared by the two
-    tensors' rows, so that both sweep the tokens at one pace); ``(0, 0)``, a program per
-    tile, where that setting is 0 or the tiles fit in those programs."""
-    s = SETTINGS
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
-    slots = max(2, s.loop_warps_per_sm // warps * sms)
-    if not s.loop_warps_per_sm or tiles_q + tiles_k <= slots:
-        return 0, 0
-    q = min(tiles_q, max(1, min(slots - 1, round(slots * heads_q / (heads_q + heads_k)))))
-    return q, min(tiles_k, slots - q)
 
 
 @cache

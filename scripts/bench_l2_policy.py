@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|prefetch|programs|loop] [--geometries d128|goals] [--cold]
+        [--arms k-tiles|copies|prefetch|programs] [--geometries d128|goals] [--cold]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
@@ -59,16 +59,6 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "elems1024": {"elems_per_program": 1024, "partial_elems_per_program": 1024},
         "elems2048": {"elems_per_program": 2048},
         "warp512": {"elems_per_warp": 512},
-    },
-    # Programs that loop over tiles, 16 or 20 warps a multiprocessor (5 four-warp programs
-    # fit at 96 registers), the table rows a tile ahead in registers or asked of the L2;
-    # and with 3.4's k tiles, whose chunks the loops do not run.
-    "loop": {
-        "default": {}, "default-again": {},
-        "loop-w20": {"loop_warps_per_sm": 20},
-        "loop-w16": {"loop_warps_per_sm": 16},
-        "loop-w20-l2": {"loop_warps_per_sm": 20, "loop_rows_ahead": False},
-        "loop-w20-k-tiles-3.4": {"loop_warps_per_sm": 20, "k_token_ratio_past_l2": 0},
     },
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)

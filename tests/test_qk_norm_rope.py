@@ -135,13 +135,6 @@ TILE_SETTINGS = {
     # byte whatever the table's share (chunked launches only).
     "table-prefetch": {"table_prefetch_per_sm": 2, "table_prefetch_min_share": 0, "l2_bytes": 1,
                        "interleave_qk_span_ratio": 64},
-    # Two one-warp programs a multiprocessor looping over small tiles, the table rows a tile ahead
-    # in registers or (on CUDA) asked of the L2 a tile ahead.
-    "loop-programs": {"loop_warps_per_sm": 2, "elems_per_program": 256,
-                      "partial_elems_per_program": 256, "min_bytes_per_thread": 0},
-    "loop-programs-l2": {"loop_warps_per_sm": 2, "loop_rows_ahead": False,
-                         "elems_per_program": 256, "partial_elems_per_program": 256,
-                         "min_bytes_per_thread": 0},
 }
 TILE_CASES = [
     case(tokens=9, heads_q=5, heads_k=3, head_dim=256, rotary_dim=64, weight_mode="offset",
@@ -184,24 +177,6 @@ def test_table_prefetches_from_tile_programs_leave_every_tile_bit_identical(devi
     assert fused["PREFETCH_PERIOD"] and 2 * fused["PREFETCH_PERIOD"] < grid
     if device == "cpu":
         assert (fused["PREFETCH_PERIOD"], grid) == (48, 114)
-    assert_bit_identical(fq, sq, "q")
-    assert_bit_identical(fk, sk, "k")
-
-
-@pytest.mark.parametrize("rows_ahead", [True, False], ids=["rows-ahead", "l2-ahead"])
-def test_looping_programs_cover_every_tile_bit_identically(rows_ahead, device):
-    # 37 tokens, tiles of 2 q and 8 k tokens on the CPU: 19 q and 5 k tiles over two
-    # programs, so each loops and its last look-ahead falls past T.
-    c = case(tokens=37, heads_q=4, heads_k=1, head_dim=64, inplace=False)
-    settings = {"loop_warps_per_sm": 2, "loop_rows_ahead": rows_ahead,
-                "elems_per_program": 512, "min_bytes_per_thread": 0}
-    with plan.use(**settings), launch.recording() as launches:
-        _, (fq, fk), (sq, sk) = routes_on(c, 5, device)
-    fused = launches[0][0].settings()
-    tiles = fused["args"]["q_tiles"] + fused["args"]["k_tiles"]
-    assert fused["kernel"] == "qk_norm_rope_loop_kernel" and fused["grid"][0] < tiles
-    if device == "cpu":
-        assert (fused["args"]["q_loop_programs"], fused["grid"][0], tiles) == (1, 2, 24)
     assert_bit_identical(fq, sq, "q")
     assert_bit_identical(fk, sk, "k")
 
