@@ -46,10 +46,12 @@ def _rows_copy_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, NQ, NK, q_programs,
 
 
 def rows_copy_launch(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,
-                     k_out: torch.Tensor, block: int) -> Callable[[], None]:
+                     k_out: torch.Tensor, block: int, warps: int | None = None
+                     ) -> Callable[[], None]:
     """One launch that reads every element of the contiguous ``q`` and ``k`` and writes it
     to ``q_out`` and ``k_out`` (``q`` and ``k`` themselves for an in-place op's traffic):
-    the op's rows moved once, with none of its work, ``block`` elements a program."""
+    the op's rows moved once, with none of its work, ``block`` elements a program, in
+    ``warps`` warps (``rows_copy_warps`` unless given)."""
     tensors = (q, k, q_out, k_out)
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError("rows_copy_launch needs contiguous tensors")
@@ -57,12 +59,14 @@ def rows_copy_launch(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,
            for x, o in ((q, q_out), (k, k_out))):
         raise ValueError("rows_copy_launch: each output must have its input's shape, dtype "
                          "and device")
-    if block < 1 or block & (block - 1):
-        raise ValueError(f"rows_copy_launch: block must be a power of two, got {block}")
+    for name, n in (("block", block), ("warps", warps or 1)):
+        if n < 1 or n & (n - 1):
+            raise ValueError(f"rows_copy_launch: {name} must be a power of two, got {n}")
     q_programs = -(-q.numel() // block)
     grid = (q_programs + -(-k.numel() // block),)
+    num_warps = warps or rows_copy_warps(block)
     return lambda: _rows_copy_kernel[grid](q, k, q_out, k_out, q.numel(), k.numel(),
-                                           q_programs, block, num_warps=rows_copy_warps(block))
+                                           q_programs, block, num_warps=num_warps)
 
 
 def rows_copy_warps(block: int) -> int:
@@ -71,11 +75,13 @@ def rows_copy_warps(block: int) -> int:
     return max(1, min(8, block // 1024))
 
 
-def rows_copy_copies_all(q: torch.Tensor, k: torch.Tensor, block: int) -> bool:
-    """Whether ``rows_copy_launch`` at ``block`` copies every element of ``q`` and ``k``,
-    checked into NaN-filled outputs (copied in place, a row could not show it)."""
+def rows_copy_copies_all(q: torch.Tensor, k: torch.Tensor, block: int,
+                         warps: int | None = None) -> bool:
+    """Whether ``rows_copy_launch`` at ``block`` (and ``warps``) copies every element of
+    ``q`` and ``k``, checked into NaN-filled outputs (copied in place, a row could not
+    show it)."""
     check = [torch.full_like(x, float("nan")) for x in (q, k)]
-    rows_copy_launch(q, k, *check, block)()
+    rows_copy_launch(q, k, *check, block, warps)()
     return all(torch.equal(a, b) for a, b in zip((q, k), check, strict=True))
 
 

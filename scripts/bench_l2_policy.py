@@ -3,7 +3,8 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|prefetch|programs] [--geometries d128|goals] [--cold]
+        [--arms k-tiles|copies|copy-warps|prefetch|programs] [--geometries d128|goals]
+        [--cold]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
@@ -11,7 +12,8 @@ settings of the ``--arms`` set (``ARM_SETS``). ``--arms copies`` adds, beside th
 twice, what a plain copy of the op's bytes reaches at its own size: one launch that only
 copies its rows, at each program size of ``qkbench.limits.ROWS_COPY_BLOCKS``
 (``rows-copy-N``), and the harness's same-bytes reference, a ``copy_`` of q and of k
-(``copy_``). ``--cold`` gives each arm enough buffer
+(``copy_``). ``--arms copy-warps`` times the rows' copy at program sizes and warp counts
+apart (``rows-copy-N-wW``: N elements a program in W warps). ``--cold`` gives each arm enough buffer
 sets to sweep twice the L2 before one comes round again (``qkbench.worker.cold_sets``).
 Each round visits the arms in an order rotated by one, taking ``--visit`` samples of each.
 Reports per arm the median per-call us, its ratio to ``default`` and its share of the
@@ -46,6 +48,7 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "k-tiles-always": {"l2_bytes": 1},
     },
     "copies": {"default": {}, "default-again": {}},
+    "copy-warps": {"default": {}, "default-again": {}},
     "prefetch": {
         "default": {}, "default-again": {},
         "no-prefetch": {"table_prefetch_per_sm": 0},
@@ -68,7 +71,15 @@ def copy_arms(arms: str) -> list[str]:
     """The arms of ``--arms`` that copy the rows instead of running the op."""
     from qkbench.limits import ROWS_COPY_BLOCKS
 
+    if arms == "copy-warps":
+        # Elements a program and warps apart: the fastest copy so far held 1024 in one warp.
+        return [f"rows-copy-{b}-w{w}" for b, w in COPY_WARPS]
     return [f"rows-copy-{b}" for b in ROWS_COPY_BLOCKS] + ["copy_"] if arms == "copies" else []
+
+
+# (elements a program, warps) of ``--arms copy-warps``.
+COPY_WARPS = ((1024, 1), (1024, 2), (1024, 4), (2048, 1), (2048, 2), (4096, 1), (4096, 2),
+              (4096, 4))
 
 
 def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
@@ -98,11 +109,12 @@ def copy_launch(arm: str, inputs, inplace: bool):
         dst = [torch.empty_like(x) for x in src]
         return (lambda: [d.copy_(s) for d, s in zip(dst, src, strict=True)],
                 lambda: all(torch.equal(d, s) for d, s in zip(dst, src, strict=True)))
-    block = int(arm.rsplit("-", 1)[1])
+    size = arm.removeprefix("rows-copy-").split("-w")
+    block, warps = int(size[0]), int(size[1]) if len(size) > 1 else None
     src = [x.contiguous().clone() for x in (inputs.q, inputs.k)]
     dst = src if inplace else [torch.empty_like(x) for x in src]
-    copied = limits.rows_copy_copies_all(*src, block)
-    return limits.rows_copy_launch(*src, *dst, block), lambda: copied
+    copied = limits.rows_copy_copies_all(*src, block, warps)
+    return limits.rows_copy_launch(*src, *dst, block, warps), lambda: copied
 
 
 def measure_shape(backend, shape: Shape, arms: dict, copies: list[str], rounds: int,

@@ -41,6 +41,12 @@ def test_the_rows_copy_moves_every_element_of_q_and_k_across_program_tails(devic
     assert torch.equal(q_out, q) and torch.equal(k_out, k)
 
 
+def test_the_rows_copy_in_warps_of_its_own_moves_every_element(device):
+    q = torch.randn(3, 5, 16, device=device).to(torch.bfloat16)
+    k = torch.randn(3, 1, 16, device=device).to(torch.bfloat16)
+    assert all(limits.rows_copy_copies_all(q, k, 64, warps) for warps in (1, 2, 4))
+
+
 def test_the_rows_copy_refuses_a_strided_view(device):
     q = torch.randn(4, 8, device=device)[:, :4]
     with pytest.raises(ValueError, match="contiguous"):
@@ -58,8 +64,8 @@ def test_the_rows_copy_times_each_block_and_checks_what_it_copied(device):
 
 def test_the_rows_copy_check_catches_a_copy_that_drops_a_tail(device, monkeypatch):
     launch = limits.rows_copy_launch
-    monkeypatch.setattr(limits, "rows_copy_launch", lambda q, k, qo, ko, block: launch(
-        q, k[:-1], qo, ko[:-1], block))  # k's last token never copied
+    monkeypatch.setattr(limits, "rows_copy_launch", lambda q, k, qo, ko, block, warps=None:
+                        launch(q, k[:-1], qo, ko[:-1], block, warps))  # k's last token lost
     q, k = torch.randn(2, 4, 32, device=device), torch.randn(2, 1, 32, device=device)
     result = limits.rows_copy(backend_for(torch.device(device)), q, k, True, 1, 2,
                               blocks=(128,))
@@ -69,8 +75,9 @@ def test_the_rows_copy_check_catches_a_copy_that_drops_a_tail(device, monkeypatc
 @pytest.mark.parametrize("change, message", [
     (lambda q: {"q_out": q[:, :2].contiguous()}, "shape, dtype and device"),
     (lambda q: {"q_out": q.double()}, "shape, dtype and device"),
-    (lambda q: {"block": 96}, "power of two, got 96"),
-], ids=["shape", "dtype", "block"])
+    (lambda q: {"block": 96}, "block must be a power of two, got 96"),
+    (lambda q: {"warps": 3}, "warps must be a power of two, got 3"),
+], ids=["shape", "dtype", "block", "warps"])
 def test_the_rows_copy_refuses_outputs_unlike_their_inputs_and_odd_blocks(device, change,
                                                                           message):
     q, k = torch.randn(2, 4, 32, device=device), torch.randn(2, 1, 32, device=device)

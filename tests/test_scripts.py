@@ -204,13 +204,35 @@ def test_l2_policy_bench_times_the_rows_copies_beside_the_op_with_their_own_byte
 
 
 @interpreter_only
+def test_l2_policy_bench_times_the_rows_copy_at_each_program_size_and_warp_count(
+        tmp_path, monkeypatch):
+    from qkbench import limits
+
+    launched, copy = set(), limits.rows_copy_launch
+
+    def recording_copy(q, k, qo, ko, block, warps=None):
+        launched.add((block, warps))
+        return copy(q, k, qo, ko, block, warps)
+
+    monkeypatch.setattr(limits, "rows_copy_launch", recording_copy)
+    bench = script("bench_l2_policy")
+    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--arms",
+            "copy-warps", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
+    assert set(entry["us"]) == {"default", "default-again",
+                                *(f"rows-copy-{b}-w{w}" for b, w in bench.COPY_WARPS)}
+    assert launched == set(bench.COPY_WARPS) and all(entry["checks_passed"].values())
+
+
+@interpreter_only
 def test_l2_policy_bench_fails_loudly_when_a_rows_copy_misses_an_element(
         tmp_path, monkeypatch, capsys):
     from qkbench import limits
 
     copy = limits.rows_copy_launch
-    monkeypatch.setattr(limits, "rows_copy_launch",
-                        lambda q, k, qo, ko, block: copy(q, k[:-1], qo, ko[:-1], block))
+    monkeypatch.setattr(limits, "rows_copy_launch", lambda q, k, qo, ko, block, warps=None:
+                        copy(q, k[:-1], qo, ko[:-1], block, warps))
     bench = script("bench_l2_policy")
     argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--arms", "copies",
             "--out", str(tmp_path)]
