@@ -3,7 +3,8 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|prefetch|programs] [--geometries d128|goals]
+        [--arms k-tiles|copies|copy-warps|prefetch|programs|program-warps]
+        [--geometries d128|goals]
         [--cold]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
@@ -62,6 +63,15 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "elems1024": {"elems_per_program": 1024, "partial_elems_per_program": 1024},
         "elems2048": {"elems_per_program": 2048},
         "warp512": {"elems_per_warp": 512},
+    },
+    # Smaller programs in more warps: the rows' copy runs fastest at 1024 elements a
+    # program whatever its warps (1, 2 or 4), and 4096 in two or four warps the slowest.
+    "program-warps": {
+        "default": {}, "default-again": {},
+        "e2048-w2": {"elems_per_program": 2048},
+        "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512},
+        "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512},
+        "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256},
     },
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
