@@ -33,8 +33,6 @@ class Settings:
     min_programs_per_sm: float = 4
     # Largest share of padded (masked) heads a head block may carry.
     max_head_padding: float = 1.125
-    # Most heads a tile holds (0: as many as fit), its other rows then the tokens'.
-    max_head_block: int = 0
     # Rows are never spread so thin that a warp's thread holds less than this many bytes of
     # a row tile: below 16 the loads and stores stop being 16-byte vectors.
     min_bytes_per_thread: int = 16
@@ -130,7 +128,7 @@ def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
     s = SETTINGS
     elems = elems_per_program or s.elems_per_program
     rows_cap = 1 << max(0, (elems // width).bit_length() - 1)
-    bh = _head_block(heads, min(rows_cap, s.max_head_block or rows_cap), s.max_head_padding)
+    bh = _head_block(heads, rows_cap, s.max_head_padding)
     bt = max(1, min(rows_cap // bh, next_pow2(tokens)))
     # One warp's threads, each holding min_bytes_per_thread of the tile.
     min_rows = next_pow2(-(-32 * s.min_bytes_per_thread // (element_size * width)))

@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|prefetch|programs|program-warps|head-blocks]
+        [--arms k-tiles|copies|copy-warps|prefetch|programs|program-warps]
         [--geometries d128|goals]
         [--cold]
 
@@ -72,13 +72,6 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512},
         "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512},
         "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256},
-    },
-    # Tiles of fewer heads and more tokens, each program's rows then in shorter contiguous
-    # runs: the rows' copy ran faster in programs of 2 KiB than of 8 KiB.
-    "head-blocks": {
-        "default": {}, "default-again": {},
-        "heads16": {"max_head_block": 16}, "heads8": {"max_head_block": 8},
-        "heads4": {"max_head_block": 4},
     },
 }
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
