@@ -29,6 +29,8 @@ from .tiles import (
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
+    positions,
+    prefetch_rows,
     prefetch_table,
     qk_tile,
     rotate,
@@ -52,6 +54,14 @@ def _fused_tile(
     t, h = tile_coords(pid, n_head_blocks, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
+    if PDL >= 2:
+        # Wait before anything is loaded, so that no register is held across the wait (the
+        # table's were, at PDL == 1: 92-95 registers instead of 64 at (32,8) x 128's large
+        # tiles); 3 first asks the L2 for the tile's table rows.
+        if PDL == 3 and not MROPE:
+            prefetch_rows(cs_ptr, positions(pos_ptr, t, T, stride_pos_t), t, T, max_pos,
+                          stride_cs, R2)
+        tl.extra.cuda.gdc_wait()
 
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
@@ -63,7 +73,7 @@ def _fused_tile(
     if R < D:
         dp = tl.arange(0, DB)
         wp = norm_weight(w_ptr, dp, (dp < D) if WHOLE else ((dp >= R) & (dp < D)), OFFSET)
-    if PDL:
+    if PDL == 1:
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
@@ -74,7 +84,7 @@ def _fused_tile(
         pass_mask = mask & (d >= R) & (d < D)
         load_mask = (mask & (d < D)) if WHOLE else pass_mask
         xp = tl.load(x_row + d, mask=load_mask, other=0.0).to(tl.float32)
-    if PDL:
+    if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
     if WHOLE and R < D:
         sumsq = tl.reshape(pairwise_sum(xp * xp, DB, 1, BT, BH), (BT, BH))
@@ -183,7 +193,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks, ahead,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
-         pdl, plan.SETTINGS.whole_pass_tile,
+         plan.pdl_mode(pdl), plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
          # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
          period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),

@@ -76,6 +76,11 @@ class Settings:
     # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
+    # A PDL launch's programs (``pdl_mode``): 1 read their positions, table rows and
+    # weights, wait for the launch before, load their rows and let the next launch start;
+    # 2 wait first and let the next launch start as they exit; 3 as 2, asking the L2 for
+    # their table rows before they wait.
+    pdl_variant: int = 1
 
 
 SETTINGS = Settings()
@@ -183,6 +188,11 @@ def table_prefetch(tokens: int, row_bytes: int, table_bytes: int, q_chunk: int,
     period = PREFETCH_TOKENS // span * (q_chunk + k_chunk)
     sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
     return period, -(-int(s.table_prefetch_per_sm * sms) // period)
+
+
+def pdl_mode(pdl: bool) -> int:
+    """The fused kernel's ``PDL`` constant: 0 without PDL, else ``Settings.pdl_variant``."""
+    return SETTINGS.pdl_variant if pdl else 0
 
 
 @cache

@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|prefetch|programs|program-warps]
+        [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps]
         [--geometries d128|goals]
         [--cold]
 
@@ -49,6 +49,13 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "k-tiles-always": {"l2_bytes": 1},
     },
     "copies": {"default": {}, "default-again": {}},
+    # Programmatic Dependent Launch (the ``pdl`` call option) in each of its variants
+    # (``plan.Settings.pdl_variant``; 1 as shipped).
+    "pdl": {
+        "default": {}, "default-again": {},
+        "pdl-1": {"pdl": True}, "pdl-2": {"pdl": True, "pdl_variant": 2},
+        "pdl-3": {"pdl": True, "pdl_variant": 3},
+    },
     "copy-warps": {"default": {}, "default-again": {}},
     "prefetch": {
         "default": {}, "default-again": {},
@@ -74,6 +81,8 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256},
     },
 }
+# Arm keys that are options of the call (``qk_norm_rope(..., pdl=True)``), not plan settings.
+CALL_OPTIONS = ("pdl",)
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
@@ -141,10 +150,14 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: list[str], rounds: 
     reps = max(inner, sets)
     split_out = call(qk_norm_rope_split, inputs, g.inplace)
     graphs, checks = [], {}
-    for label, settings in arms.items():
+    for label, arm in arms.items():
+        settings = {k: v for k, v in arm.items() if k not in CALL_OPTIONS}
+        options = {k: v for k, v in arm.items() if k in CALL_OPTIONS}
         with plan.use(**settings):
-            checks[label] = identical(call(qk_norm_rope, inputs, g.inplace), split_out)
-            launches = [launcher(qk_norm_rope, inputs, g.inplace) for _ in range(sets)]
+            checks[label] = identical(call(qk_norm_rope, inputs, g.inplace, **options),
+                                      split_out)
+            launches = [launcher(qk_norm_rope, inputs, g.inplace, **options)
+                        for _ in range(sets)]
             for launch in launches:
                 launch()
             graphs.append(backend.prepare(launches, reps, label))

@@ -187,9 +187,11 @@ PDL_CASES = [*GPU_TILE_CASES,
 
 
 @gpu_only
+@pytest.mark.parametrize("variant", [1, 2, 3])
 @pytest.mark.parametrize("c", [pytest.param(c, id=case_id(c)) for c in PDL_CASES])
-def test_programmatic_dependent_launch_is_bit_identical_to_the_split_route(c, device):
-    _, (fq, fk), (sq, sk) = routes_on(c, 4, device, pdl=True)
+def test_programmatic_dependent_launch_is_bit_identical_to_the_split_route(c, variant, device):
+    with plan.use(pdl_variant=variant):
+        _, (fq, fk), (sq, sk) = routes_on(c, 4, device, pdl=True)
     assert_bit_identical(fq, sq, "q")
     assert_bit_identical(fk, sk, "k")
 
