@@ -29,8 +29,6 @@ from .tiles import (
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
-    positions,
-    prefetch_rows,
     prefetch_table,
     qk_tile,
     rotate,
@@ -54,13 +52,10 @@ def _fused_tile(
     t, h = tile_coords(pid, n_head_blocks, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
-    if PDL >= 2:
-        # Wait before anything is loaded, so that no register is held across the wait (the
-        # table's were, at PDL == 1: 92-95 registers instead of 64 at (32,8) x 128's large
-        # tiles); 3 first asks the L2 for the tile's table rows.
-        if PDL == 3 and not MROPE:
-            prefetch_rows(cs_ptr, positions(pos_ptr, t, T, stride_pos_t), t, T, max_pos,
-                          stride_cs, R2)
+    if PDL == 2:
+        # Many waves: wait before anything is loaded, so that no register is held across the
+        # wait (the table's, at PDL == 1: 92-95 registers instead of 64 at (32,8) x 128's
+        # large tiles), and let the next launch start as the programs exit.
         tl.extra.cuda.gdc_wait()
 
     # The table rows hang on a dependent load of the positions: issue them first, so that
@@ -150,15 +145,22 @@ def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
                 device: torch.device, element_size: int = 2,
                 pdl: bool = False) -> tuple[TilePlan, TilePlan]:
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
-    rotary, a natural-width pass-through tile). Partial rotary takes its own program size
-    without PDL only: a PDL launch keeps the larger programs; past the L2, k tiles of few
-    tokens (``Settings``)."""
-    partial = rotary_dim < head_dim and not pdl
+    rotary, a natural-width pass-through tile). Partial rotary takes its own program size,
+    but in a PDL launch that reads its table before it waits (``plan.pdl_variant``), which
+    keeps the larger programs; past the L2, k tiles of few tokens (``Settings``)."""
     width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
     rows = tokens * (heads_q + heads_k) * head_dim * element_size
     k_ratio = plan.SETTINGS.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
-    return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
-                     plan.SETTINGS.partial_elems_per_program if partial else None, k_ratio)
+
+    def plans(partial: bool) -> tuple[TilePlan, TilePlan]:
+        return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
+                         plan.SETTINGS.partial_elems_per_program if partial else None,
+                         k_ratio)
+
+    own = plans(rotary_dim < head_dim)
+    if rotary_dim < head_dim and pdl and plan.pdl_variant(*own, device) == 1:
+        return plans(False)
+    return own
 
 
 def check_pdl(pdl: object, device: torch.device) -> bool:
@@ -193,7 +195,8 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks, ahead,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
-         plan.pdl_mode(pdl), plan.SETTINGS.whole_pass_tile,
+         plan.pdl_variant(plan_q, plan_k, q.device) if pdl else 0,
+         plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
          # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
          period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),

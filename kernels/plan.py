@@ -76,11 +76,17 @@ class Settings:
     # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
-    # A PDL launch's programs (``pdl_mode``): 1 read their positions, table rows and
-    # weights, wait for the launch before, load their rows and let the next launch start;
-    # 2 wait first and let the next launch start as they exit; 3 as 2, asking the L2 for
-    # their table rows before they wait.
-    pdl_variant: int = 1
+    # A PDL launch of more programs than this a multiprocessor (many waves) waits for the
+    # launch before it first and lets the next start as its programs exit (``pdl_variant``
+    # 2); a smaller one reads its positions, table rows and weights, waits, loads its rows
+    # and then lets the next launch start (1). On the H200 (results/tuning/2026-12-04-h200/
+    # l2policy-d7e3873-pdl, the null arm within -1.2 / +0.9 %): at T >= 8192 and DiT, 1 ran
+    # 7.5-17.7 % slower than no PDL (95 registers instead of 64 at (32,8) x 128: the table's
+    # held across the wait), 2 within -2.2 / +0.2 % at D = 128 and DiT; at T = 2048, 2 won
+    # at (32,8) x 128 (19 programs a multiprocessor), 1 at (16,2) x 128 (9). 16 sits between.
+    pdl_wait_first_programs_per_sm: float = 16
+    # The variant every PDL launch takes (0: by the rule above).
+    pdl_variant: int = 0
 
 
 SETTINGS = Settings()
@@ -190,9 +196,16 @@ def table_prefetch(tokens: int, row_bytes: int, table_bytes: int, q_chunk: int,
     return period, -(-int(s.table_prefetch_per_sm * sms) // period)
 
 
-def pdl_mode(pdl: bool) -> int:
-    """The fused kernel's ``PDL`` constant: 0 without PDL, else ``Settings.pdl_variant``."""
-    return SETTINGS.pdl_variant if pdl else 0
+def pdl_variant(plan_q: TilePlan, plan_k: TilePlan, device: torch.device) -> int:
+    """The fused kernel's ``PDL`` constant for a PDL launch of these tiles:
+    ``Settings.pdl_variant`` where set, else 2 past ``pdl_wait_first_programs_per_sm``
+    programs a multiprocessor, 1 below."""
+    s = SETTINGS
+    if s.pdl_variant:
+        return s.pdl_variant
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
+    many = plan_q.programs + plan_k.programs > s.pdl_wait_first_programs_per_sm * sms
+    return 2 if many else 1
 
 
 @cache

@@ -160,7 +160,8 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
         m = t_mask[:, None] & valid
         row, m, valid = row[:, None, :], m[:, None, :], valid[:, None, :]
     else:
-        pos = positions(pos_ptr, t, T, stride_pos_t)
+        pos = tl.load(pos_ptr + t.to(tl.int64) * stride_pos_t, mask=t_mask,
+                      other=0).to(tl.int64)
         valid = (pos >= 0) & (pos < max_pos)  # [BT]
         heads = tl.zeros((1, BH, 1), tl.int64)
         row = (cs_ptr + (tl.where(valid, pos, 0) * stride_cs)[:, None, None]
@@ -170,12 +171,6 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
     c = tl.load(row, mask=m, other=0.0).to(tl.float32)
     s = tl.load(row + R2, mask=m, other=0.0).to(tl.float32)
     return c, s, valid
-
-
-@triton.jit
-def positions(pos_ptr, t, T, stride_pos_t):
-    """The plain positions ``[BT]`` of tokens ``t`` (0 past ``T``), in 64 bits."""
-    return tl.load(pos_ptr + t.to(tl.int64) * stride_pos_t, mask=t < T, other=0).to(tl.int64)
 
 
 @triton.jit
@@ -196,26 +191,8 @@ def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
     address = (cs_ptr + tl.where(m & (pos >= 0) & (pos < max_pos), pos, 0) * stride_cs
                + lane % LINES * LINE)
     if ASM:
-        prefetch_l2(address)
-
-
-@triton.jit
-def prefetch_rows(cs_ptr, pos, t, T, max_pos, stride_cs, R2: tl.constexpr):
-    """Ask the L2 for the table rows of plain positions ``pos: [BT]`` of tokens ``t`` and
-    go on without them: one prefetch per 128-byte line (inline PTX, CUDA only). A token
-    past ``T`` or a position outside the table asks for row 0."""
-    LINE: tl.constexpr = 1024 // cs_ptr.dtype.element_ty.primitive_bitwidth
-    LINES: tl.constexpr = max(1, 2 * R2 // LINE)
-    ok = (t < T) & (pos >= 0) & (pos < max_pos)
-    prefetch_l2(cs_ptr + (tl.where(ok, pos, 0) * stride_cs)[:, None]
-                + (tl.arange(0, LINES) * LINE)[None, :])
-
-
-@triton.jit
-def prefetch_l2(address):
-    """``prefetch.global.L2`` of every address of the tile (inline PTX, CUDA only)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
-                              [address], dtype=tl.int32, is_pure=False, pack=1)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                  [address], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

@@ -49,12 +49,11 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "k-tiles-always": {"l2_bytes": 1},
     },
     "copies": {"default": {}, "default-again": {}},
-    # Programmatic Dependent Launch (the ``pdl`` call option) in each of its variants
-    # (``plan.Settings.pdl_variant``; 1 as shipped).
+    # Programmatic Dependent Launch (the ``pdl`` call option) by the plan's rule, and in
+    # each of its variants (``plan.Settings.pdl_variant``).
     "pdl": {
-        "default": {}, "default-again": {},
-        "pdl-1": {"pdl": True}, "pdl-2": {"pdl": True, "pdl_variant": 2},
-        "pdl-3": {"pdl": True, "pdl_variant": 3},
+        "default": {}, "default-again": {}, "pdl": {"pdl": True},
+        "pdl-1": {"pdl": True, "pdl_variant": 1}, "pdl-2": {"pdl": True, "pdl_variant": 2},
     },
     "copy-warps": {"default": {}, "default-again": {}},
     "prefetch": {

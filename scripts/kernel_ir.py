@@ -19,6 +19,7 @@ from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)  # compile, do not interpret
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -89,6 +90,7 @@ def on_h200(device) -> int:
 
 
 plan.min_programs = sys.modules["qkbench.kernels.rms_norm"].min_programs = on_h200
+plan._sm_count = lambda index: H200_SMS
 H200_L2_BYTES = 60 << 20
 plan.past_l2 = lambda nbytes, device: nbytes > H200_L2_BYTES
 
@@ -103,7 +105,8 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                offset=False, whole=True, pdl=False, mrope=False, prefetch=(0, 0)):
     """``prefetch``: the launch's ``(PREFETCH_PERIOD, prefetch_ahead)``
     (``plan.table_prefetch``; (0, 0) compiles the prefetch out)."""
-    plan_q, plan_k = fused_plans(t, hq, hk, d, r, None, pdl=pdl)
+    device = torch.device("cuda", 0)  # no query reaches it: plan's are answered as on an H200
+    plan_q, plan_k = fused_plans(t, hq, hk, d, r, device, pdl=pdl)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
                 axis_ptr="*i32" if mrope else None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
@@ -112,7 +115,8 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **chunks(t, plan_q, plan_k),
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
-                PDL=pdl, WHOLE=whole, BTQ=plan_q.block_t,
+                PDL=plan.pdl_variant(plan_q, plan_k, device) if pdl else 0, WHOLE=whole,
+                BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
                 BHK=plan_k.block_h, PREFETCH_PERIOD=prefetch[0], prefetch_ahead=prefetch[1],
                 PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PREFETCH_ASM=True)
