@@ -76,15 +76,16 @@ class Settings:
     # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
-    # A PDL launch of more programs than this a multiprocessor (many waves) waits for the
-    # launch before it first and lets the next start as its programs exit (``pdl_variant``
-    # 2); a smaller one reads its positions, table rows and weights, waits, loads its rows
-    # and then lets the next launch start (1). On the H200 (results/tuning/2026-12-04-h200/
-    # l2policy-d7e3873-pdl, the null arm within -1.2 / +0.9 %): at T >= 8192 and DiT, 1 ran
-    # 7.5-17.7 % slower than no PDL (95 registers instead of 64 at (32,8) x 128: the table's
-    # held across the wait), 2 within -2.2 / +0.2 % at D = 128 and DiT; at T = 2048, 2 won
-    # at (32,8) x 128 (19 programs a multiprocessor), 1 at (16,2) x 128 (9). 16 sits between.
-    pdl_wait_first_programs_per_sm: float = 16
+    # A PDL launch of more warps than this a multiprocessor (more than the multiprocessors
+    # hold at once: many waves) waits for the launch before it first and lets the next
+    # start as its programs exit (``pdl_variant`` 2); a smaller one reads its positions,
+    # table rows and weights, waits, loads its rows and then lets the next launch start
+    # (1). On the H200 (results/tuning/2026-12-04-h200/l2policy-a92be0a-pdl, the null arm
+    # within -3.0 / +1.2 %): at T >= 8192 and DiT, 1 ran 4.4-18.0 % slower than no PDL (95
+    # registers instead of 64 at (32,8) x 128: the table's held across the wait) and 2
+    # within -5.6 / +0.5 %; from T = 512 to 2048, 1 was faster wherever the launch held
+    # 17-39 warps a multiprocessor and 2 wherever it held 54-109. 48 sits between.
+    pdl_wait_first_warps_per_sm: int = 48
     # The variant every PDL launch takes (0: by the rule above).
     pdl_variant: int = 0
 
@@ -198,14 +199,14 @@ def table_prefetch(tokens: int, row_bytes: int, table_bytes: int, q_chunk: int,
 
 def pdl_variant(plan_q: TilePlan, plan_k: TilePlan, device: torch.device) -> int:
     """The fused kernel's ``PDL`` constant for a PDL launch of these tiles:
-    ``Settings.pdl_variant`` where set, else 2 past ``pdl_wait_first_programs_per_sm``
-    programs a multiprocessor, 1 below."""
+    ``Settings.pdl_variant`` where set, else 2 past ``pdl_wait_first_warps_per_sm`` warps
+    a multiprocessor, 1 below."""
     s = SETTINGS
     if s.pdl_variant:
         return s.pdl_variant
     sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
-    many = plan_q.programs + plan_k.programs > s.pdl_wait_first_programs_per_sm * sms
-    return 2 if many else 1
+    warps = (plan_q.programs + plan_k.programs) * max(plan_q.num_warps, plan_k.num_warps)
+    return 2 if warps > s.pdl_wait_first_warps_per_sm * sms else 1
 
 
 @cache

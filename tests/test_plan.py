@@ -37,10 +37,32 @@ def test_partial_rotary_programs_follow_their_own_setting():
         assert tiles(fused_plans(4096, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
 
 
-def test_partial_rotary_with_pdl_keeps_the_two_warp_programs():
-    assert tiles(fused_plans(1024, 24, 4, 256, 64, H200, pdl=True)) == ((1, 8, 2), (2, 4, 2))
+def test_partial_rotary_with_pdl_keeps_the_two_warp_programs_within_a_wave():
+    # 512 tokens of (24,4): 1792 two-warp programs, 27 warps a multiprocessor.
+    pdl = fused_plans(512, 24, 4, 256, 64, H200, pdl=True)
+    assert tiles(pdl) == ((1, 8, 2), (2, 4, 2)) and plan.pdl_variant(*pdl, H200) == 1
     assert tiles(fused_plans(1024, 32, 8, 128, 128, H200, pdl=True)) == tiles(
         fused_plans(1024, 32, 8, 128, 128, H200))
+
+
+@pytest.mark.parametrize("tokens, heads_q, heads_k, head_dim, rotary_dim", [
+    (8192, 32, 8, 128, 128), (2048, 32, 8, 128, 128), (1024, 24, 4, 256, 64),
+    (3973, 24, 24, 128, 128)])
+def test_a_pdl_launch_of_many_waves_waits_first_on_the_tiles_of_no_pdl(
+        tokens, heads_q, heads_k, head_dim, rotary_dim):
+    pdl = fused_plans(tokens, heads_q, heads_k, head_dim, rotary_dim, H200, pdl=True)
+    assert plan.pdl_variant(*pdl, H200) == 2
+    assert pdl == fused_plans(tokens, heads_q, heads_k, head_dim, rotary_dim, H200)
+
+
+def test_the_pdl_rule_counts_warps_against_its_threshold():
+    # 1024 tokens of (32,8): 1280 four-warp programs, 38.8 warps a multiprocessor.
+    few = fused_plans(1024, 32, 8, 128, 128, H200, pdl=True)
+    assert plan.pdl_variant(*few, H200) == 1
+    with plan.use(pdl_wait_first_warps_per_sm=38):
+        assert plan.pdl_variant(*few, H200) == 2
+    with plan.use(pdl_variant=2):
+        assert plan.pdl_variant(*fused_plans(1, 32, 8, 128, 128, H200, pdl=True), H200) == 2
 
 
 def test_decode_widths_spread_the_rows_over_the_whole_chip():
