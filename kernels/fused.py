@@ -222,9 +222,10 @@ def qk_norm_rope(
     the result is bit-identical to ``qk_norm_rope_split``. Returns ``(q_out, k_out)``:
     ``q, k`` themselves when ``inplace``.
 
-    ``pdl=True`` launches with Programmatic Dependent Launch (compute capability 9.0+): the
-    kernel reads the positions, the table and the weights, then waits for the kernel
-    launched before it, and only then reads q and k. Use it only where that previous
+    ``pdl=True`` launches with Programmatic Dependent Launch (compute capability 9.0+): a
+    launch the multiprocessors hold at once reads the positions, the table and the weights,
+    then waits for the kernel launched before it, and only then reads q and k; a larger one
+    waits before it reads anything (``plan.pdl_variant``). Use it only where that previous
     kernel does not write the positions, the table or the weights.
     """
     tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)

@@ -83,8 +83,9 @@ class Settings:
     # (1). On the H200 (results/tuning/2026-12-04-h200/l2policy-a92be0a-pdl, the null arm
     # within -3.0 / +1.2 %): at T >= 8192 and DiT, 1 ran 4.4-18.0 % slower than no PDL (95
     # registers instead of 64 at (32,8) x 128: the table's held across the wait) and 2
-    # within -5.6 / +0.5 %; from T = 512 to 2048, 1 was faster wherever the launch held
-    # 17-39 warps a multiprocessor and 2 wherever it held 54-109. 48 sits between.
+    # within -5.6 / +0.5 %; from T = 512 to 2048, 1 was faster (once tied) wherever the
+    # launch held 17-39 warps a multiprocessor and 2 wherever it held 54-109. 48 sits
+    # between. At T = 64 (1 kept) 2 was faster at three geometries of four.
     pdl_wait_first_warps_per_sm: int = 48
     # The variant every PDL launch takes (0: by the rule above).
     pdl_variant: int = 0
