@@ -54,8 +54,8 @@ def _fused_tile(
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
     if PDL == 2:
         # Many waves: wait before anything is loaded, so that no register is held across the
-        # wait (the table's, at PDL == 1: 92-95 registers instead of 64 at (32,8) x 128's
-        # large tiles), and let the next launch start as the programs exit.
+        # wait (the table's, at PDL == 1: 95 registers instead of 64 at (32,8) x 128's large
+        # tiles), and let the next launch start as the programs exit.
         tl.extra.cuda.gdc_wait()
 
     # The table rows hang on a dependent load of the positions: issue them first, so that
@@ -144,23 +144,34 @@ def qk_norm_rope_kernel(
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
                 device: torch.device, element_size: int = 2,
                 pdl: bool = False) -> tuple[TilePlan, TilePlan]:
+    """The q and k tile plans of the fused launch (``fused_tiles``)."""
+    return fused_tiles(tokens, heads_q, heads_k, head_dim, rotary_dim, device, element_size,
+                       pdl)[0]
+
+
+def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
+                device: torch.device, element_size: int = 2, pdl: bool = False
+                ) -> tuple[tuple[TilePlan, TilePlan], int]:
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
-    rotary, a natural-width pass-through tile). Partial rotary takes its own program size,
-    but in a PDL launch that reads its table before it waits (``plan.pdl_variant``), which
-    keeps the larger programs; past the L2, k tiles of few tokens (``Settings``)."""
-    width = rotary_dim + next_pow2(head_dim) * (rotary_dim < head_dim)
+    rotary, a natural-width pass-through tile) and its PDL variant: 0 without PDL, else
+    ``plan.pdl_variant`` of the tiles without PDL. Partial rotary takes its own program
+    size but in variant 1, which keeps the larger programs; past the L2, k tiles of few
+    tokens (``Settings``)."""
+    partial = rotary_dim < head_dim
+    width = rotary_dim + next_pow2(head_dim) * partial
     rows = tokens * (heads_q + heads_k) * head_dim * element_size
     k_ratio = plan.SETTINGS.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
 
-    def plans(partial: bool) -> tuple[TilePlan, TilePlan]:
+    def plans(own_size: bool) -> tuple[TilePlan, TilePlan]:
         return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
-                         plan.SETTINGS.partial_elems_per_program if partial else None,
+                         plan.SETTINGS.partial_elems_per_program if own_size else None,
                          k_ratio)
 
-    own = plans(rotary_dim < head_dim)
-    if rotary_dim < head_dim and pdl and plan.pdl_variant(*own, device) == 1:
-        return plans(False)
-    return own
+    own = plans(partial)
+    variant = plan.pdl_variant(*own, device) if pdl else 0
+    if partial and variant == 1:
+        return plans(False), variant
+    return own, variant
 
 
 def check_pdl(pdl: object, device: torch.device) -> bool:
@@ -173,9 +184,10 @@ def check_pdl(pdl: object, device: torch.device) -> bool:
     return pdl and device.type == "cuda"
 
 
-def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
+def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
                  plans: tuple[TilePlan, TilePlan]) -> KernelLaunch:
-    """The fused kernel's launch for a validated call."""
+    """The fused kernel's launch for a validated call, with PDL where ``pdl_variant`` is
+    not 0 (``fused_tiles``)."""
     T, HQ, D = call.q.shape
     HK = call.k.shape[1]
     plan_q, plan_k = plans
@@ -195,14 +207,13 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl: bool,
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks, ahead,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
-         plan.pdl_variant(plan_q, plan_k, q.device) if pdl else 0,
-         plan.SETTINGS.whole_pass_tile,
+         pdl_variant, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
          # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
          period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
-         **({"launch_pdl": True} if pdl else {})},
+         **({"launch_pdl": True} if pdl_variant else {})},
     )
 
 
@@ -223,10 +234,11 @@ def qk_norm_rope(
     ``q, k`` themselves when ``inplace``.
 
     ``pdl=True`` launches with Programmatic Dependent Launch (compute capability 9.0+): a
-    launch the multiprocessors hold at once reads the positions, the table and the weights,
-    then waits for the kernel launched before it, and only then reads q and k; a larger one
-    waits before it reads anything (``plan.pdl_variant``). Use it only where that previous
-    kernel does not write the positions, the table or the weights.
+    launch of at most 48 warps a multiprocessor (decode widths) reads the positions, the
+    table and the weights, then waits for the kernel launched before it, and only then reads
+    q and k; a larger one waits before it reads anything (``plan.pdl_variant``). Use it
+    only where that previous kernel does not write the positions, the table or the
+    weights.
     """
     tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)
     options = (eps, rotary_dim, style, weight_mode, calls.section_key(mrope_section),
@@ -239,9 +251,9 @@ def qk_norm_rope(
             mrope_layout=mrope_layout, inplace=inplace, q_out=q_out, k_out=k_out)
         use_pdl = check_pdl(pdl, q.device)
         T, HQ, D = call.q.shape
-        plans = fused_plans(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
-                            q.element_size(), use_pdl)
-        launches = nonempty(fused_launch(call, norm_eps, offset, use_pdl, plans))
+        plans, variant = fused_tiles(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
+                                     q.element_size(), use_pdl)
+        launches = nonempty(fused_launch(call, norm_eps, offset, variant, plans))
         return calls.Resolved(launches, bool(inplace), call.max_pos)
 
     return calls.call("fused", tensors, options, build, check_positions)

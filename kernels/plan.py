@@ -23,8 +23,10 @@ class Settings:
     # (78 registers at the two-warp tiles of D = 256 / rotary 64): one-warp programs of 4
     # rows beat two-warp ones of 8 by 3-8 % at T >= 2048 on the H200 (docs/kernel-notes.md,
     # version 3.2), while at D = 128 (and DiT) halving the program lost 4-20 %. A PDL
-    # launch keeps elems_per_program: with one-warp programs, each waiting on the kernel
-    # before it, it ran 27-50 % slower than with two-warp ones at text-decode T = 512-1024.
+    # launch that reads its table before it waits (``pdl_variant`` 1) keeps
+    # elems_per_program: with one-warp programs, each waiting on the kernel before it, it
+    # ran 27-50 % slower than with two-warp ones at text-decode T = 512-1024 (version 3.2).
+    # One that waits first (2) takes this size.
     partial_elems_per_program: int = 2048
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
@@ -76,16 +78,17 @@ class Settings:
     # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
-    # A PDL launch of more warps than this a multiprocessor (more than the multiprocessors
-    # hold at once: many waves) waits for the launch before it first and lets the next
-    # start as its programs exit (``pdl_variant`` 2); a smaller one reads its positions,
-    # table rows and weights, waits, loads its rows and then lets the next launch start
-    # (1). On the H200 (results/tuning/2026-12-04-h200/l2policy-a92be0a-pdl, the null arm
-    # within -3.0 / +1.2 %): at T >= 8192 and DiT, 1 ran 4.4-18.0 % slower than no PDL (95
-    # registers instead of 64 at (32,8) x 128: the table's held across the wait) and 2
-    # within -5.6 / +0.5 %; from T = 512 to 2048, 1 was faster (once tied) wherever the
-    # launch held 17-39 warps a multiprocessor and 2 wherever it held 54-109. 48 sits
-    # between. At T = 64 (1 kept) 2 was faster at three geometries of four.
+    # A PDL launch of more warps than this a multiprocessor waits for the launch before it
+    # first and lets the next start as its programs exit (``pdl_variant`` 2); a smaller one
+    # (decode widths) reads its positions, table rows and weights, waits, loads its rows
+    # and then lets the next launch start (1). On the H200 (results/tuning/2026-12-04-h200/
+    # l2policy-a92be0a-pdl, the null arm within -3.0 / +1.2 %): at T >= 8192 and DiT, 1
+    # ran 4.4-18.0 % slower than no PDL (95 registers instead of 64 at (32,8) x 128: the
+    # table's held across the wait) and 2 within -5.6 / +0.5 %; from T = 512 to 2048, 1
+    # was faster (once tied) wherever the launch held 9-39 warps a multiprocessor and 2
+    # wherever it held 54-109. 48 is a cut between the two measured ranges, not a residency
+    # limit (at 64 registers an H200 holds 32 warps of these programs a multiprocessor). At
+    # T = 64 (1 kept) 2 was faster at three geometries of four.
     pdl_wait_first_warps_per_sm: int = 48
     # The variant every PDL launch takes (0: by the rule above).
     pdl_variant: int = 0
@@ -194,8 +197,7 @@ def table_prefetch(tokens: int, row_bytes: int, table_bytes: int, q_chunk: int,
             or not plain_positions or PREFETCH_TOKENS % span):
         return 0, 0
     period = PREFETCH_TOKENS // span * (q_chunk + k_chunk)
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
-    return period, -(-int(s.table_prefetch_per_sm * sms) // period)
+    return period, -(-int(s.table_prefetch_per_sm * _sms(device)) // period)
 
 
 def pdl_variant(plan_q: TilePlan, plan_k: TilePlan, device: torch.device) -> int:
@@ -203,11 +205,19 @@ def pdl_variant(plan_q: TilePlan, plan_k: TilePlan, device: torch.device) -> int
     ``Settings.pdl_variant`` where set, else 2 past ``pdl_wait_first_warps_per_sm`` warps
     a multiprocessor, 1 below."""
     s = SETTINGS
+    if s.pdl_variant not in (0, 1, 2):
+        # Any other constant would compile a PDL launch that never waits.
+        raise ValueError(f"Settings.pdl_variant must be 0 (by the rule), 1 or 2, got "
+                         f"{s.pdl_variant!r}")
     if s.pdl_variant:
         return s.pdl_variant
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 1
     warps = (plan_q.programs + plan_k.programs) * max(plan_q.num_warps, plan_k.num_warps)
-    return 2 if warps > s.pdl_wait_first_warps_per_sm * sms else 1
+    return 2 if warps > s.pdl_wait_first_warps_per_sm * _sms(device) else 1
+
+
+def _sms(device: torch.device) -> int:
+    """The multiprocessors of ``device`` (one for the CPU)."""
+    return _sm_count(device.index or 0) if device.type == "cuda" else 1
 
 
 @cache

@@ -59,9 +59,11 @@ def rows_copy_launch(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,
            for x, o in ((q, q_out), (k, k_out))):
         raise ValueError("rows_copy_launch: each output must have its input's shape, dtype "
                          "and device")
-    for name, n in (("block", block), ("warps", warps or 1)):
-        if n < 1 or n & (n - 1):
-            raise ValueError(f"rows_copy_launch: {name} must be a power of two, got {n}")
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"rows_copy_launch: block must be a power of two, got {block}")
+    if warps is not None and warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"rows_copy_launch: warps must be a power of two from 1 to 32, got "
+                         f"{warps}")
     q_programs = -(-q.numel() // block)
     grid = (q_programs + -(-k.numel() // block),)
     num_warps = warps or rows_copy_warps(block)

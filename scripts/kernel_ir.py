@@ -26,7 +26,7 @@ from triton.compiler import ASTSource
 from triton.compiler import compile as triton_compile
 
 from qkbench.kernels import plan
-from qkbench.kernels.fused import fused_plans, qk_norm_rope_kernel
+from qkbench.kernels.fused import fused_tiles, qk_norm_rope_kernel
 from qkbench.kernels.plan import next_pow2
 from qkbench.kernels.rms_norm import norm_plan, rms_norm_kernel
 from qkbench.kernels.rope import pass_width, rope_kernel, rope_plans
@@ -106,7 +106,7 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
     """``prefetch``: the launch's ``(PREFETCH_PERIOD, prefetch_ahead)``
     (``plan.table_prefetch``; (0, 0) compiles the prefetch out)."""
     device = torch.device("cuda", 0)  # no query reaches it: plan's are answered as on an H200
-    plan_q, plan_k = fused_plans(t, hq, hk, d, r, device, pdl=pdl)
+    (plan_q, plan_k), variant = fused_tiles(t, hq, hk, d, r, device, pdl=pdl)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
                 axis_ptr="*i32" if mrope else None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
@@ -115,7 +115,7 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **chunks(t, plan_q, plan_k),
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
-                PDL=plan.pdl_variant(plan_q, plan_k, device) if pdl else 0, WHOLE=whole,
+                PDL=variant, WHOLE=whole,
                 BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
                 BHK=plan_k.block_h, PREFETCH_PERIOD=prefetch[0], prefetch_ahead=prefetch[1],

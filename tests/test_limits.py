@@ -76,10 +76,12 @@ def test_the_rows_copy_check_catches_a_copy_that_drops_a_tail(device, monkeypatc
     (lambda q: {"q_out": q[:, :2].contiguous()}, "shape, dtype and device"),
     (lambda q: {"q_out": q.double()}, "shape, dtype and device"),
     (lambda q: {"block": 96}, "block must be a power of two, got 96"),
-    (lambda q: {"warps": 3}, "warps must be a power of two, got 3"),
-], ids=["shape", "dtype", "block", "warps"])
-def test_the_rows_copy_refuses_outputs_unlike_their_inputs_and_odd_blocks(device, change,
-                                                                          message):
+    (lambda q: {"warps": 3}, "warps must be a power of two from 1 to 32, got 3"),
+    (lambda q: {"warps": 0}, "warps must be a power of two from 1 to 32, got 0"),
+    (lambda q: {"warps": 64}, "warps must be a power of two from 1 to 32, got 64"),
+], ids=["shape", "dtype", "block", "warps", "no-warps", "too-many-warps"])
+def test_the_rows_copy_refuses_outputs_unlike_their_inputs_and_odd_blocks_or_warps(
+        device, change, message):
     q, k = torch.randn(2, 4, 32, device=device), torch.randn(2, 1, 32, device=device)
     args = {"q": q, "k": k, "q_out": torch.empty_like(q), "k_out": torch.empty_like(k),
             "block": 64, **change(q)}

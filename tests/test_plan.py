@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from qkbench.kernels import plan
-from qkbench.kernels.fused import fused_plans
+from qkbench.kernels.fused import fused_plans, fused_tiles
 
 H200 = torch.device("cuda", 0)
 
@@ -48,11 +48,32 @@ def test_partial_rotary_with_pdl_keeps_the_two_warp_programs_within_a_wave():
 @pytest.mark.parametrize("tokens, heads_q, heads_k, head_dim, rotary_dim", [
     (8192, 32, 8, 128, 128), (2048, 32, 8, 128, 128), (1024, 24, 4, 256, 64),
     (3973, 24, 24, 128, 128)])
-def test_a_pdl_launch_of_many_waves_waits_first_on_the_tiles_of_no_pdl(
-        tokens, heads_q, heads_k, head_dim, rotary_dim):
-    pdl = fused_plans(tokens, heads_q, heads_k, head_dim, rotary_dim, H200, pdl=True)
-    assert plan.pdl_variant(*pdl, H200) == 2
-    assert pdl == fused_plans(tokens, heads_q, heads_k, head_dim, rotary_dim, H200)
+def test_a_pdl_launch_of_many_waves_waits_first(tokens, heads_q, heads_k, head_dim,
+                                                rotary_dim):
+    _, variant = fused_tiles(tokens, heads_q, heads_k, head_dim, rotary_dim, H200, pdl=True)
+    assert variant == 2
+
+
+def test_partial_rotary_waiting_first_takes_its_own_one_warp_tiles():
+    # 1024 tokens of (24,4) x 256 / rotary 64: 7168 one-warp programs, 54 warps an SM.
+    plans, variant = fused_tiles(1024, 24, 4, 256, 64, H200, pdl=True)
+    assert variant == 2 and tiles(plans) == ((1, 4, 1), (1, 4, 1))
+    assert plans == fused_plans(1024, 24, 4, 256, 64, H200)
+
+
+def test_the_pdl_variant_is_decided_on_the_tiles_without_pdl():
+    # (32,8) x 128 / rotary 64 at T = 1024: one-warp tiles, 38.8 warps an SM, so variant 1
+    # and its four-warp tiles, which counted again would hold 77.6 and say 2.
+    (plan_q, plan_k), variant = fused_tiles(1024, 32, 8, 128, 64, H200, pdl=True)
+    assert variant == 1 and (plan_q.num_warps, plan_k.num_warps) == (4, 4)
+    assert plan.pdl_variant(plan_q, plan_k, H200) == 2
+
+
+@pytest.mark.parametrize("variant", [3, -1])
+def test_a_pdl_variant_that_would_never_wait_is_refused(variant):
+    q, k = fused_plans(1, 32, 8, 128, 128, H200)
+    with plan.use(pdl_variant=variant), pytest.raises(ValueError, match="pdl_variant must be"):
+        plan.pdl_variant(q, k, H200)
 
 
 def test_the_pdl_rule_counts_warps_against_its_threshold():

@@ -226,6 +226,24 @@ def test_l2_policy_bench_times_the_rows_copy_at_each_program_size_and_warp_count
 
 
 @interpreter_only
+def test_l2_policy_bench_passes_an_arms_call_options_to_the_call_not_the_plan(
+        tmp_path, monkeypatch):
+    from qkbench.kernels import fused
+
+    pdl_seen = []
+    check = fused.check_pdl
+    monkeypatch.setattr(fused, "check_pdl",
+                        lambda pdl, device: pdl_seen.append(pdl) or check(pdl, device))
+    bench = script("bench_l2_policy")
+    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--arms", "pdl",
+            "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
+    assert set(entry["us"]) == set(bench.ARM_SETS["pdl"]) and all(entry["checks_passed"].values())
+    assert True in pdl_seen and False in pdl_seen
+
+
+@interpreter_only
 def test_l2_policy_bench_fails_loudly_when_a_rows_copy_misses_an_element(
         tmp_path, monkeypatch, capsys):
     from qkbench import limits
