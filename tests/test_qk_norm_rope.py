@@ -187,7 +187,7 @@ PDL_CASES = [*GPU_TILE_CASES,
 
 
 @gpu_only
-@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("variant", [0, 1, 2], ids=["by-rule", "variant1", "variant2"])
 @pytest.mark.parametrize("c", [pytest.param(c, id=case_id(c)) for c in PDL_CASES])
 def test_programmatic_dependent_launch_is_bit_identical_to_the_split_route(c, variant, device):
     with plan.use(pdl_variant=variant):
