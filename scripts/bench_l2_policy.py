@@ -85,19 +85,23 @@ CALL_OPTIONS = ("pdl",)
 TOKENS = (512, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
-def copy_arms(arms: str) -> list[str]:
-    """The arms of ``--arms`` that copy the rows instead of running the op."""
+# (elements a program, warps) of ``--arms copy-warps``.
+COPY_WARPS = ((1024, 1), (1024, 2), (1024, 4), (2048, 1), (2048, 2), (4096, 1), (4096, 2),
+              (4096, 4))
+
+
+def copy_arms(arms: str) -> dict[str, tuple[int, int | None] | None]:
+    """The arms of ``--arms`` that copy the rows instead of running the op: each one's
+    ``(block, warps)`` of ``qkbench.limits.rows_copy_launch`` (warps None: its default),
+    or None for the ``copy_`` of q and of k."""
     from qkbench.limits import ROWS_COPY_BLOCKS
 
     if arms == "copy-warps":
         # Elements a program and warps apart: the fastest copy so far held 1024 in one warp.
-        return [f"rows-copy-{b}-w{w}" for b, w in COPY_WARPS]
-    return [f"rows-copy-{b}" for b in ROWS_COPY_BLOCKS] + ["copy_"] if arms == "copies" else []
-
-
-# (elements a program, warps) of ``--arms copy-warps``.
-COPY_WARPS = ((1024, 1), (1024, 2), (1024, 4), (2048, 1), (2048, 2), (4096, 1), (4096, 2),
-              (4096, 4))
+        return {f"rows-copy-{b}-w{w}": (b, w) for b, w in COPY_WARPS}
+    if arms == "copies":
+        return {**{f"rows-copy-{b}": (b, None) for b in ROWS_COPY_BLOCKS}, "copy_": None}
+    return {}
 
 
 def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
@@ -117,25 +121,25 @@ def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Sha
             *(Shape(g, t, 40960) for t in tokens for g in prefill)]
 
 
-def copy_launch(arm: str, inputs, inplace: bool):
-    """A launch of copy arm ``arm`` on buffers of its own, and a check that it copies."""
+def copy_launch(size: tuple[int, int | None] | None, inputs, inplace: bool):
+    """A launch of the copy arm of ``size`` (``copy_arms``) on buffers of its own, and a
+    check that it copies."""
     from qkbench import limits
     from qkbench.case import fresh_copy
 
-    if arm == "copy_":
+    if size is None:
         src = [fresh_copy(x) for x in (inputs.q, inputs.k)]
         dst = [torch.empty_like(x) for x in src]
         return (lambda: [d.copy_(s) for d, s in zip(dst, src, strict=True)],
                 lambda: all(torch.equal(d, s) for d, s in zip(dst, src, strict=True)))
-    size = arm.removeprefix("rows-copy-").split("-w")
-    block, warps = int(size[0]), int(size[1]) if len(size) > 1 else None
+    block, warps = size
     src = [x.contiguous().clone() for x in (inputs.q, inputs.k)]
     dst = src if inplace else [torch.empty_like(x) for x in src]
     copied = limits.rows_copy_copies_all(*src, block, warps)
     return limits.rows_copy_launch(*src, *dst, block, warps), lambda: copied
 
 
-def measure_shape(backend, shape: Shape, arms: dict, copies: list[str], rounds: int,
+def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
                   visit: int, inner: int, *, cold: bool, copy_gbps: float) -> dict:
     from qkbench.case import Case, make_inputs
     from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split, traffic
@@ -160,8 +164,8 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: list[str], rounds: 
             for launch in launches:
                 launch()
             graphs.append(backend.prepare(launches, reps, label))
-    for label in copies:
-        launches, copied = zip(*(copy_launch(label, inputs, g.inplace) for _ in range(sets)),
+    for label, size in copies.items():
+        launches, copied = zip(*(copy_launch(size, inputs, g.inplace) for _ in range(sets)),
                                strict=True)
         for launch in launches:
             launch()
@@ -212,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = limits.copy_bandwidth(backend)["gbps"]
     out = Path(args.out) / "bench_l2_policy.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"rounds": args.rounds, "visit": args.visit, "arms": arms, "copy_arms": copies,
+    result = {"rounds": args.rounds, "visit": args.visit, "arms": arms,
+              "copy_arms": list(copies),
               "cold": args.cold, "copy_gbps": copy_gbps, "shapes": []}
     ok = True
     for shape in shapes(args.quick, args.tokens, args.geometries):

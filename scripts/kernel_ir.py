@@ -102,23 +102,28 @@ def chunks(t: int, plan_q, plan_k) -> dict:
 
 
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
-               offset=False, whole=True, pdl=False, mrope=False, prefetch=(0, 0)):
-    """``prefetch``: the launch's ``(PREFETCH_PERIOD, prefetch_ahead)``
-    (``plan.table_prefetch``; (0, 0) compiles the prefetch out)."""
-    device = torch.device("cuda", 0)  # no query reaches it: plan's are answered as on an H200
+               offset=False, whole=True, pdl=False, mrope=False, prefetch=False):
+    """``prefetch``: the table prefetch as ``plan.table_prefetch`` sets it (else compiled
+    out)."""
+    # The plan's device queries are answered as on an H200 (above): none reaches a device.
+    device = torch.device("cuda", 0)
     (plan_q, plan_k), variant = fused_tiles(t, hq, hk, d, r, device, pdl=pdl)
+    grid = chunks(t, plan_q, plan_k)
+    period, ahead = plan.table_prefetch(
+        t, (hq + hk) * d * 2, r * 4, grid["QC"], grid["KC"], max(plan_q.block_t, plan_k.block_t),
+        device, not mrope) if prefetch else (0, 0)
     args = dict(q_ptr="*bf16", k_ptr="*bf16", qo_ptr="*bf16", ko_ptr="*bf16",
                 qw_ptr="*bf16", kw_ptr="*bf16", cs_ptr="*fp32", pos_ptr="*i64",
                 axis_ptr="*i32" if mrope else None, T=t, HQ=hq, HK=hk, eps=1e-6, max_pos=4096,
                 stride_qt=hq * d, stride_qh=d, stride_kt=hk * d, stride_kh=d,
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
-                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **chunks(t, plan_q, plan_k),
+                stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **grid,
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
                 D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
                 PDL=variant, WHOLE=whole,
                 BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
-                BHK=plan_k.block_h, PREFETCH_PERIOD=prefetch[0], prefetch_ahead=prefetch[1],
+                BHK=plan_k.block_h, PREFETCH_PERIOD=period, prefetch_ahead=ahead,
                 PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PREFETCH_ASM=True)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
@@ -167,8 +172,7 @@ CASES = [
     fused_case("fused (32,8)x128 gptj T=8192", 8192, 32, 8, 128, 128, neox=False),
     fused_case("fused (16,2)x128 T=8192", 8192, 16, 2, 128, 128),
     fused_case("fused (16,2)x128 T=32768", 32768, 16, 2, 128, 128),
-    # The prefetch as the plan sets it there on the H200 (tests/test_plan.py).
-    fused_case("fused (16,2)x128 T=32768 prefetch", 32768, 16, 2, 128, 128, prefetch=(96, 22)),
+    fused_case("fused (16,2)x128 T=32768 prefetch", 32768, 16, 2, 128, 128, prefetch=True),
     fused_case("fused (16,2)x256/r64 T=1", 1, 16, 2, 256, 64, offset=True),
     fused_case("fused (16,2)x256/r64 T=8192", 8192, 16, 2, 256, 64, offset=True),
     fused_case("fused (24,4)x256/r64 T=8192", 8192, 24, 4, 256, 64, offset=True),

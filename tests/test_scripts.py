@@ -267,7 +267,7 @@ def test_l2_policy_bench_cold_cycles_each_arm_over_sets_sweeping_twice_the_l2():
     backend.l2_bytes = 40_000  # the tiny shape's rows: 25,600 bytes, so 4 sets
     (shape,) = bench.shapes(quick=True, tokens=[])
     arms = {"default": {"l2_bytes": 1}}
-    entry = bench.measure_shape(backend, shape, arms, ["rows-copy-2048"], 1, 1, 2, cold=True,
-                                copy_gbps=1.0)
+    entry = bench.measure_shape(backend, shape, arms, {"rows-copy-2048": (2048, None)}, 1, 1,
+                                2, cold=True, copy_gbps=1.0)
     assert entry["cold_sets"] == 4 and entry["launches_per_replay"] == 4
     assert all(entry["checks_passed"].values())
