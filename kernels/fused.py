@@ -40,7 +40,7 @@ from .tiles import (
 
 @triton.jit
 def _fused_tile(
-    x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, pid, n_head_blocks,
+    x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
     T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
@@ -49,7 +49,7 @@ def _fused_tile(
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
-    t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    t, h = tile_coords(token_block, head_block, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
     if PDL == 2:
@@ -111,7 +111,7 @@ def qk_norm_rope_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks, prefetch_ahead,
+    q_programs, q_head_blocks: tl.constexpr, k_head_blocks: tl.constexpr, prefetch_ahead,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
@@ -119,15 +119,15 @@ def qk_norm_rope_kernel(
     PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    is_q, tile = qk_tile(pid, q_programs, QC, KC)
+    is_q, tb, hb = qk_tile(pid, q_programs, QC, KC, q_head_blocks, k_head_blocks)
     if is_q:
-        _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
+        _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
-        _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tile,
-                    k_head_blocks, T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
+        _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
+                    T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
                     D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
     if PREFETCH_PERIOD:  # noqa: SIM102 (compile time: no modulo by 0 to compile)

@@ -32,11 +32,13 @@ def rms_norm_kernel(
     x_ptr, y_ptr, w_ptr,
     T, H, eps,
     stride_xt, stride_xh, stride_yt, stride_yh,
-    n_head_blocks,
+    n_head_blocks: tl.constexpr,
     D: tl.constexpr, DB: tl.constexpr, OFFSET: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t, h = tile_coords(tl.program_id(0), n_head_blocks, BT, BH)
+    pid = tl.program_id(0)
+    # A constant divisor: a multiply and a shift (``qk_tile``).
+    t, h = tile_coords(pid // n_head_blocks, pid % n_head_blocks, BT, BH)
     x_row, row_mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     y_row, _ = token_head_base(y_ptr, t, h, stride_yt, stride_yh, T, H)
     d = tl.arange(0, DB)

@@ -24,13 +24,13 @@ from .tiles import (
 
 @triton.jit
 def _rope_tile(
-    x_ptr, o_ptr, cs_ptr, pos_ptr, axis_ptr, pid, n_head_blocks,
+    x_ptr, o_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
     T, H, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
 ):
-    t, h = tile_coords(pid, n_head_blocks, BT, BH)
+    t, h = tile_coords(token_block, head_block, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
     # The table rows first: they wait on a dependent load of the positions.
@@ -54,20 +54,20 @@ def rope_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    q_programs, q_head_blocks, k_head_blocks,
+    q_programs, q_head_blocks: tl.constexpr, k_head_blocks: tl.constexpr,
     D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     MROPE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr,
 ):
-    is_q, tile = qk_tile(tl.program_id(0), q_programs, QC, KC)
+    is_q, tb, hb = qk_tile(tl.program_id(0), q_programs, QC, KC, q_head_blocks, k_head_blocks)
     if is_q:
-        _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, tile, q_head_blocks,
+        _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                    T, HQ, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                    stride_cs, stride_pos_axis, stride_pos_t,
                    D, PB, R2, NEOX, MROPE, BTQ, BHQ)
     else:
-        _rope_tile(k_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr, tile, k_head_blocks,
+        _rope_tile(k_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                    T, HK, max_pos, stride_kt, stride_kh, stride_kot, stride_koh,
                    stride_cs, stride_pos_axis, stride_pos_t,
                    D, PB, R2, NEOX, MROPE, BTK, BHK)

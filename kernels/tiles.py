@@ -196,13 +196,17 @@ def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
 
 
 @triton.jit
-def qk_tile(pid, q_programs, QC: tl.constexpr, KC: tl.constexpr):
-    """Whether program ``pid`` of a q-and-k launch runs a q tile, and that tile's index
-    among its tensor's tiles: every q tile then every k tile (``QC == 0``), or chunks of
-    tokens, each ``QC`` q tiles then ``KC`` k tiles (``plan.qk_grid``). The chunk sizes
-    are constants, so the division compiles to a multiply and a shift: a division by a
-    run-time value put about 0.1 us of latency before every program's first load (the
-    H200, version 3.4)."""
+def qk_tile(pid, q_programs, QC: tl.constexpr, KC: tl.constexpr, QHB: tl.constexpr,
+            KHB: tl.constexpr):
+    """Whether program ``pid`` of a q-and-k launch runs a q tile, and that tile's token
+    block and head block in its tensor (``QHB``, ``KHB`` head blocks a token block): every
+    q tile then every k tile (``QC == 0``), or chunks of tokens, each ``QC`` q tiles then
+    ``KC`` k tiles (``plan.qk_grid``). Every divisor is a constant, so each division
+    compiles to a multiply and a shift; a division by a run-time value is some 60
+    dependent instructions before the program's first address (on the H200 it put about
+    0.1 us before every program's first load, version 3.4). The q and k quotients are both
+    taken and one selected: where the two branches' code is the same, the compiler merges
+    them, and a divisor chosen by the branch would be a run-time one again."""
     if QC:
         chunk = pid // (QC + KC)
         r = pid - chunk * (QC + KC)
@@ -211,12 +215,11 @@ def qk_tile(pid, q_programs, QC: tl.constexpr, KC: tl.constexpr):
     else:
         is_q = pid < q_programs
         tile = tl.where(is_q, pid, pid - q_programs)
-    return is_q, tile
+    token_block = tl.where(is_q, tile // QHB, tile // KHB)
+    return is_q, token_block, tile - token_block * tl.where(is_q, QHB, KHB)
 
 
 @triton.jit
-def tile_coords(pid, n_head_blocks, BT: tl.constexpr, BH: tl.constexpr):
-    """Token and head indices ``[BT]``, ``[BH]`` of the tile this program handles."""
-    t = (pid // n_head_blocks) * BT + tl.arange(0, BT)
-    h = (pid % n_head_blocks) * BH + tl.arange(0, BH)
-    return t, h
+def tile_coords(token_block, head_block, BT: tl.constexpr, BH: tl.constexpr):
+    """Token and head indices ``[BT]``, ``[BH]`` of a tile."""
+    return (token_block * BT + tl.arange(0, BT)), (head_block * BH + tl.arange(0, BH))

@@ -182,6 +182,7 @@ CASES = [
     fused_case("fused (24,4)x256/r64 T=1024", 1024, 24, 4, 256, 64, offset=True),
     fused_case("fused (24,4)x256/r64 T=1024 pdl", 1024, 24, 4, 256, 64, offset=True, pdl=True),
     fused_case("fused (32,8)x128 T=8 mrope", 8, 32, 8, 128, 128, mrope=True),
+    fused_case("fused DiT 24x24 T=3973", 3973, 24, 24, 128, 128),
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
     rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
     rope_case("rope (16,2)x256/r64 T=8192 out of place", 8192, 16, 2, 256, 64, inplace=False),
