@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps]
+        [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps|tiles-3.8]
         [--geometries d128|goals]
         [--cold]
 
@@ -78,6 +78,18 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512},
         "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512},
         "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256},
+    },
+    # Tile choices measured while a tile of fewer than its tensor's heads divided by a
+    # run-time head-block count (before 3.8), whose balance the constant divisors may move:
+    # D = 256 / rotary 64 in two-warp programs of 8 rows or one-warp programs of 2, k tiles
+    # of a q tile's tokens, DiT in two-warp programs, every q tile before every k tile.
+    "tiles-3.8": {
+        "default": {}, "default-again": {},
+        "partial-4096": {"partial_elems_per_program": 4096},
+        "partial-1024": {"partial_elems_per_program": 1024},
+        "k-ratio-1": {"k_token_ratio_past_l2": 1},
+        "elems2048": {"elems_per_program": 2048},
+        "q-then-k": {"interleave_qk_span_ratio": 0},
     },
 }
 # Arm keys that are options of the call (``qk_norm_rope(..., pdl=True)``), not plan settings.
