@@ -4,9 +4,10 @@
 
 For the fused, rms_norm and rope kernels at the tiles the plan picks for a few goal
 shapes: layout conversions left in the Triton GPU IR, shared memory, barriers, warp
-shuffles, global loads and stores (and how many are 16-byte vectors), and registers per
-thread (from the cubin). A static view to go with the timings: a conversion through
-shared memory costs a store, a barrier and a load on the critical path of every program.
+shuffles, integer divisions by a run-time value, global loads and stores (and how many
+are 16-byte vectors), and registers per thread (from the cubin). A static view to go with
+the timings: a conversion through shared memory costs a store, a barrier and a load on the
+critical path of every program.
 Needs Triton's bundled ptxas and cuobjdump (the CUDA backend), not a device.
 """
 
@@ -73,6 +74,9 @@ def counts(compiled) -> dict:
         "shared_bytes": compiled.metadata.shared,
         "barriers": len(re.findall(r"\bbar\.sync|\bbarrier\.sync", ptx)),
         "shuffles": len(re.findall(r"shfl\.sync", ptx)),
+        # Integer divisions and remainders by a run-time value (by a constant, LLVM emits a
+        # multiply and a shift): some 20 dependent instructions and a reciprocal each.
+        "divisions": len(re.findall(r"\b(?:div|rem)\.[su](?:32|64)\b", ptx)),
         "loads": len(re.findall(r"ld\.global", ptx)),
         "loads_16B": len(re.findall(r"ld\.global[.\w]*\.v4\.b32", ptx)),
         "stores": len(re.findall(r"st\.global", ptx)),

@@ -3,6 +3,9 @@ shipped kernels and fail loudly on a wrong one."""
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -271,3 +274,49 @@ def test_l2_policy_bench_cold_cycles_each_arm_over_sets_sweeping_twice_the_l2():
                                 2, cold=True, copy_gbps=1.0)
     assert entry["cold_sets"] == 4 and entry["launches_per_replay"] == 4
     assert all(entry["checks_passed"].values())
+
+
+CUDA_TOOLS = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin"
+
+# Compiles every ``kernel_ir`` case for sm_90 in a process of its own (kernel_ir answers
+# the plan's device queries as an H200's for the whole process), beside a control kernel
+# that divides by a run-time value, and prints each one's count of such divisions.
+KERNEL_IR_DIVISIONS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import kernel_ir
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def divides_by_a_run_time_value(x_ptr, n):
+    pid = tl.program_id(0)
+    tl.store(x_ptr + pid, pid // n)
+
+
+def divisions(kernel, args, warps):
+    return kernel_ir.counts(kernel_ir.compile_for_sm90(kernel, args, warps))["divisions"]
+
+
+rows = {label: divisions(k, a, w) for label, k, a, w in kernel_ir.CASES}
+rows["control"] = divisions(divides_by_a_run_time_value, dict(x_ptr="*i32", n=3), 1)
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(), reason="needs Triton's CUDA backend")
+def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path):
+    """A tile of fewer heads than its tensor found its token block by dividing by a
+    run-time head-block count (some 20 dependent instructions and a reciprocal before the
+    first load; 3-7 % of a decode launch on the H200): every divisor is now a constant."""
+    program = tmp_path / "divisions.py"
+    program.write_text(KERNEL_IR_DIVISIONS)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    out = subprocess.run([sys.executable, str(program), str(SCRIPTS)], env=env,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    rows = json.loads(out)
+    assert rows.pop("control") > 0  # the count sees a division by a run-time value
+    assert any(label.startswith("fused DiT") for label in rows)  # a tile of 8 heads of 24
+    assert rows == dict.fromkeys(rows, 0)
