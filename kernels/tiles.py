@@ -205,9 +205,9 @@ def qk_tile(pid, q_programs, QC: tl.constexpr, KC: tl.constexpr, QHB: tl.constex
     compiles to a multiply and a shift; a division by a run-time value is some 20
     dependent instructions, a float reciprocal among them, before the program's first
     address (on the H200 it put about 0.1 us before every program's first load: versions
-    3.4 and 3.8). The q and k quotients are both
-    taken and one selected: where the two branches' code is the same, the compiler merges
-    them, and a divisor chosen by the branch would be a run-time one again."""
+    3.4 and 3.8). The q and k quotients are both taken and one selected: where the two
+    branches' code is the same, the compiler merges them, and a divisor chosen by the
+    branch would be a run-time one again."""
     if QC:
         chunk = pid // (QC + KC)
         r = pid - chunk * (QC + KC)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from qkbench.kernels import qk_norm_rope
 
@@ -276,7 +277,7 @@ def test_l2_policy_bench_cold_cycles_each_arm_over_sets_sweeping_twice_the_l2():
     assert all(entry["checks_passed"].values())
 
 
-CUDA_TOOLS = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin"
+CUDA_TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 # Compiles every ``kernel_ir`` case for sm_90 in a process of its own (kernel_ir answers
 # the plan's device queries as an H200's for the whole process), beside a control kernel
