@@ -30,6 +30,12 @@ class Settings:
     partial_elems_per_program: int = 2048
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
+    # The split route's rms_norm programs: elements a program and a warp (0: the two
+    # above). Experiment knobs until measured: at 32 elements a thread (four 16-byte
+    # vectors) ptxas issues some of a thread's row loads only after the sum of squares of
+    # the first, at 16 all of them before it (scripts/kernel_ir.py, docs/kernel-notes.md).
+    norm_elems_per_program: int = 0
+    norm_elems_per_warp: int = 0
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
     # keep the whole chip busy instead of leaving it idle behind a few large tiles.
     min_programs_per_sm: float = 4
@@ -138,9 +144,10 @@ def _head_block(heads: int, cap: int, padding: float) -> int:
 
 
 def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
-               min_programs: int, elems_per_program: int | None = None) -> TilePlan:
+               min_programs: int, elems_per_program: int | None = None,
+               elems_per_warp: int | None = None) -> TilePlan:
     """Tile ``tokens x heads`` rows of ``width`` padded channels into programs of at most
-    ``elems_per_program`` elements (``Settings.elems_per_program`` unless given)."""
+    ``elems_per_program`` elements, ``elems_per_warp`` a warp (``Settings``' unless given)."""
     s = SETTINGS
     elems = elems_per_program or s.elems_per_program
     rows_cap = 1 << max(0, (elems // width).bit_length() - 1)
@@ -156,7 +163,7 @@ def plan_tiles(tokens: int, heads: int, width: int, element_size: int,
         bt //= 2
     while programs(bt, bh) < min_programs and bh > 1 and bt * bh > min_rows:
         bh //= 2
-    warps = max(1, min(8, next_pow2(bt * bh * width // s.elems_per_warp)))
+    warps = max(1, min(8, next_pow2(bt * bh * width // (elems_per_warp or s.elems_per_warp))))
     return TilePlan(bt, bh, -(-heads // bh), programs(bt, bh), warps)
 
 

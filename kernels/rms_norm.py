@@ -4,7 +4,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import calls
+from . import calls, plan
 from .checks import (
     WEIGHT_MODES,
     as_rows,
@@ -52,7 +52,9 @@ def rms_norm_kernel(
 def norm_plan(tokens: int, heads: int, head_dim: int, device: torch.device,
               element_size: int = 2) -> TilePlan:
     """The tile plan of an rms_norm launch."""
-    return plan_tiles(tokens, heads, next_pow2(head_dim), element_size, min_programs(device))
+    s = plan.SETTINGS
+    return plan_tiles(tokens, heads, next_pow2(head_dim), element_size, min_programs(device),
+                      s.norm_elems_per_program or None, s.norm_elems_per_warp or None)
 
 
 def norm_launch(x: torch.Tensor, y: torch.Tensor, eps: float, offset: bool,

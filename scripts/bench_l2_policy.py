@@ -3,9 +3,9 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps|tiles-3.8]
+        [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps|tiles-3.8|norm]
         [--geometries d128|goals]
-        [--cold]
+        [--cold] [--route fused|split]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
@@ -16,6 +16,9 @@ copies its rows, at each program size of ``qkbench.limits.ROWS_COPY_BLOCKS``
 (``copy_``). ``--arms copy-warps`` times the rows' copy at program sizes and warp counts
 apart (``rows-copy-N-wW``: N elements a program in W warps). ``--cold`` gives each arm enough buffer
 sets to sweep twice the L2 before one comes round again (``qkbench.worker.cold_sets``).
+``--route split`` times the split route's three launches instead of the fused kernel, with
+the split route's bytes (``traffic.split_bytes``), each arm checked against its output
+under the default settings.
 Each round visits the arms in an order rotated by one, taking ``--visit`` samples of each.
 Reports per arm the median per-call us, its ratio to ``default`` and its share of the
 device's copy bandwidth (a 256 MiB ``copy_``) for the bytes it moves; a variant's ratio
@@ -91,6 +94,15 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "elems2048": {"elems_per_program": 2048},
         "q-then-k": {"interleave_qk_span_ratio": 0},
     },
+    # The split route's rms_norm programs (run with ``--route split``): 16 elements a
+    # thread instead of 32, in the same tiles in twice the warps, or in tiles of half the
+    # rows; and tiles of half the rows in the default's warps.
+    "norm": {
+        "default": {}, "default-again": {},
+        "norm-w8": {"norm_elems_per_warp": 512},
+        "norm-2048-w4": {"norm_elems_per_program": 2048, "norm_elems_per_warp": 512},
+        "norm-2048": {"norm_elems_per_program": 2048},
+    },
 }
 # Arm keys that are options of the call (``qk_norm_rope(..., pdl=True)``), not plan settings.
 CALL_OPTIONS = ("pdl",)
@@ -152,11 +164,14 @@ def copy_launch(size: tuple[int, int | None] | None, inputs, inplace: bool):
 
 
 def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
-                  visit: int, inner: int, *, cold: bool, copy_gbps: float) -> dict:
+                  visit: int, inner: int, *, cold: bool, copy_gbps: float,
+                  route: str = "fused") -> dict:
     from qkbench.case import Case, make_inputs
     from qkbench.kernels import plan, qk_norm_rope, qk_norm_rope_split, traffic
     from qkbench.worker import cold_sets
 
+    op, op_bytes = {"fused": (qk_norm_rope, traffic.fused_bytes),
+                    "split": (qk_norm_rope_split, traffic.split_bytes)}[route]
     g = shape.geometry
     inputs = make_inputs(Case(g, shape.tokens, max_position=shape.max_position), 0,
                          backend.device)
@@ -169,9 +184,8 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
         settings = {k: v for k, v in arm.items() if k not in CALL_OPTIONS}
         options = {k: v for k, v in arm.items() if k in CALL_OPTIONS}
         with plan.use(**settings):
-            checks[label] = identical(call(qk_norm_rope, inputs, g.inplace, **options),
-                                      split_out)
-            launches = [launcher(qk_norm_rope, inputs, g.inplace, **options)
+            checks[label] = identical(call(op, inputs, g.inplace, **options), split_out)
+            launches = [launcher(op, inputs, g.inplace, **options)
                         for _ in range(sets)]
             for launch in launches:
                 launch()
@@ -191,7 +205,7 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
     for arm, s in zip(sequence, seconds, strict=True):
         us[labels[arm]].append(s * 1e6)
     base = statistics.median(us["default"])
-    moved = {label: 2 * rows if label in copies else inputs.call(traffic.fused_bytes)
+    moved = {label: 2 * rows if label in copies else inputs.call(op_bytes)
              for label in labels}
     return {"shape": shape.name, "cold_sets": sets, "launches_per_replay": reps,
             "checks_passed": checks, "bytes": moved, "us": us,
@@ -212,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--geometries", choices=("d128", "goals"), default="d128")
     parser.add_argument("--cold", action="store_true",
                         help="each arm cycles over buffer sets sweeping twice the L2")
+    parser.add_argument("--route", choices=("fused", "split"), default="fused",
+                        help="the route the arms' settings plan (split: its rms_norm)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
@@ -228,13 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = limits.copy_bandwidth(backend)["gbps"]
     out = Path(args.out) / "bench_l2_policy.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"rounds": args.rounds, "visit": args.visit, "arms": arms,
+    result = {"rounds": args.rounds, "visit": args.visit, "route": args.route, "arms": arms,
               "copy_arms": list(copies),
               "cold": args.cold, "copy_gbps": copy_gbps, "shapes": []}
     ok = True
     for shape in shapes(args.quick, args.tokens, args.geometries):
         entry = measure_shape(backend, shape, arms, copies, args.rounds, args.visit,
-                              2 if args.quick else 32, cold=args.cold, copy_gbps=copy_gbps)
+                              2 if args.quick else 32, cold=args.cold, copy_gbps=copy_gbps,
+                              route=args.route)
         result["shapes"].append(entry)
         out.write_text(json.dumps(result, indent=1))
         failed = [label for label, passed in entry["checks_passed"].items() if not passed]

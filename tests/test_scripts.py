@@ -208,6 +208,46 @@ def test_l2_policy_bench_times_the_rows_copies_beside_the_op_with_their_own_byte
 
 
 @interpreter_only
+def test_l2_policy_bench_times_the_split_route_with_its_own_bytes(tmp_path):
+    from qkbench.case import Case, make_inputs
+    from qkbench.kernels import traffic
+
+    bench = script("bench_l2_policy")
+    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--arms", "norm",
+            "--route", "split", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
+    assert set(entry["us"]) == set(bench.ARM_SETS["norm"])
+    assert all(entry["checks_passed"].values())
+    (shape,) = bench.shapes(quick=True, tokens=[])
+    inputs = make_inputs(Case(shape.geometry, shape.tokens), 0, torch.device("cpu"))
+    assert set(entry["bytes"].values()) == {inputs.call(traffic.split_bytes)}
+    assert inputs.call(traffic.split_bytes) != inputs.call(traffic.fused_bytes)
+
+
+def test_l2_policy_norm_arms_plan_other_rms_norm_programs():
+    """Each norm arm gives the split route's rms_norm other tiles or warps at the quick
+    shape, and leaves the fused kernel's plan alone."""
+    from qkbench.kernels import plan
+    from qkbench.kernels.fused import fused_plans
+    from qkbench.kernels.rms_norm import norm_plan
+
+    bench = script("bench_l2_policy")
+    (shape,) = bench.shapes(quick=True, tokens=[])
+    g, cpu = shape.geometry, torch.device("cpu")
+
+    def plans(settings: dict) -> tuple:
+        with plan.use(**settings):
+            return (norm_plan(shape.tokens, g.heads_q, g.head_dim, cpu),
+                    fused_plans(shape.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary, cpu))
+
+    arms = [plans(settings) for label, settings in bench.ARM_SETS["norm"].items()
+            if label != "default-again"]
+    assert len({norm for norm, _ in arms}) == len(arms)
+    assert len({fused for _, fused in arms}) == 1
+
+
+@interpreter_only
 def test_l2_policy_bench_times_the_rows_copy_at_each_program_size_and_warp_count(
         tmp_path, monkeypatch):
     from qkbench import limits
