@@ -31,11 +31,16 @@ class Settings:
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
     # The split route's rms_norm programs: elements a program and a warp (0: the two
-    # above). Experiment knobs until measured: at 32 elements a thread (four 16-byte
-    # vectors) ptxas issues some of a thread's row loads only after the sum of squares of
-    # the first, at 16 all of them before it (scripts/kernel_ir.py, docs/kernel-notes.md).
-    norm_elems_per_program: int = 0
-    norm_elems_per_warp: int = 0
+    # above), so 16 elements a thread (two 16-byte vectors). At 32 (the fused kernel's
+    # 4096 in 4 warps) ptxas issues some of a thread's row loads only after the first
+    # row's sum of squares (scripts/kernel_ir.py). On the H200 (results/tuning/
+    # 2026-12-04-h200/l2policy-1f43122-norm, the split route timed whole, null arm within
+    # -0.3 / +0.4 %) 2048 in 4 warps ran 0.5-2.8 % faster at T = 8192 and 32768 and DiT,
+    # hot and cold, but for (16,2) x 128 at T = 8192 hot (in the L2: -0.1 %); 4096 in 8
+    # warps, whose loads also all come first, -0.3 to +0.8 %, and 2048 in 2 warps
+    # -1.3 to +1.1 %.
+    norm_elems_per_program: int = 2048
+    norm_elems_per_warp: int = 512
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
     # keep the whole chip busy instead of leaving it idle behind a few large tiles.
     min_programs_per_sm: float = 4

@@ -94,14 +94,13 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "elems2048": {"elems_per_program": 2048},
         "q-then-k": {"interleave_qk_span_ratio": 0},
     },
-    # The split route's rms_norm programs (run with ``--route split``): 16 elements a
-    # thread instead of 32, in the same tiles in twice the warps, or in tiles of half the
-    # rows; and tiles of half the rows in the default's warps.
+    # The split route's rms_norm programs (run with ``--route split``; the default holds
+    # 2048 elements in 4 warps): version 3.8's 4096 in 4 warps, 4096 in 8, 2048 in 2.
     "norm": {
         "default": {}, "default-again": {},
-        "norm-w8": {"norm_elems_per_warp": 512},
-        "norm-2048-w4": {"norm_elems_per_program": 2048, "norm_elems_per_warp": 512},
-        "norm-2048": {"norm_elems_per_program": 2048},
+        "norm-3.8": {"norm_elems_per_program": 4096, "norm_elems_per_warp": 1024},
+        "norm-w8": {"norm_elems_per_program": 4096, "norm_elems_per_warp": 512},
+        "norm-2048-w2": {"norm_elems_per_warp": 1024},
     },
 }
 # Arm keys that are options of the call (``qk_norm_rope(..., pdl=True)``), not plan settings.
