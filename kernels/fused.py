@@ -45,7 +45,7 @@ def _fused_tile(
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    TABLE_EARLY: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
@@ -94,12 +94,7 @@ def _fused_tile(
         blocks = blocks + tl.where(first, sumsq[:, :, None], 0.0)
         sumsq = tl.reshape(pairwise_sum(blocks, DB // R, 1, BT, BH), (BT, BH))
     rstd = inv_rms(sumsq, D, eps)
-    if TABLE_EARLY:
-        # Experiment: the weights times (1 + 0 * table), exactly the weights for a finite
-        # table, so that the table's loads lie on the normalisation's path and ptxas
-        # issues them before the reduction instead of after it.
-        w1 = w1 * (1.0 + 0.0 * c)
-        w2 = w2 * (1.0 + 0.0 * s)
+
     y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
     y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
     o1, o2 = rotate(y1, y2, c, s, valid)
@@ -121,7 +116,7 @@ def qk_norm_rope_kernel(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr, PREFETCH_PERIOD: tl.constexpr,
-    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr, TABLE_EARLY: tl.constexpr,
+    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     is_q, tb, hb = qk_tile(pid, q_programs, QC, KC, q_head_blocks, k_head_blocks)
@@ -129,12 +124,12 @@ def qk_norm_rope_kernel(
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, TABLE_EARLY, BTQ, BHQ)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, TABLE_EARLY, BTK, BHK)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
     if PREFETCH_PERIOD:  # noqa: SIM102 (compile time: no modulo by 0 to compile)
         # The first program of every PREFETCH_TOKENS tokens' tiles, its own tile stored,
         # asks the L2 for the table rows of the tokens ``prefetch_ahead`` such blocks on:
@@ -215,8 +210,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
          pdl_variant, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
          # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
-         period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None,
-         plan.SETTINGS.table_early),
+         period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl_variant else {})},

@@ -103,9 +103,6 @@ class Settings:
     pdl_wait_first_warps_per_sm: int = 48
     # The variant every PDL launch takes (0: by the rule above).
     pdl_variant: int = 0
-    # Experiment: the fused kernel's normalisation made to depend on its table rows
-    # (``TABLE_EARLY``), so that ptxas issues the table's loads before the reduction.
-    table_early: bool = False
 
 
 SETTINGS = Settings()

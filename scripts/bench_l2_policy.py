@@ -94,8 +94,6 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "elems2048": {"elems_per_program": 2048},
         "q-then-k": {"interleave_qk_span_ratio": 0},
     },
-    # The fused kernel's table loads issued before the reduction (``Settings.table_early``).
-    "table-early": {"default": {}, "default-again": {}, "table-early": {"table_early": True}},
     # The split route's rms_norm programs (run with ``--route split``; the default holds
     # 2048 elements in 4 warps): version 3.8's 4096 in 4 warps, 4096 in 8, 2048 in 2.
     "norm": {
