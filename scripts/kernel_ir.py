@@ -5,9 +5,11 @@
 For the fused, rms_norm and rope kernels at the tiles the plan picks for a few goal
 shapes: layout conversions left in the Triton GPU IR, shared memory, barriers, warp
 shuffles, integer divisions by a run-time value, global loads and stores (and how many
-are 16-byte vectors), and registers per thread (from the cubin). A static view to go with
+are 16-byte vectors), the global loads the SASS issues before its first float
+instruction, and registers per thread (from the cubin). A static view to go with
 the timings: a conversion through shared memory costs a store, a barrier and a load on the
-critical path of every program.
+critical path of every program; a load that ptxas sinks past the first arithmetic (to save
+registers) makes the program wait on memory twice.
 Needs Triton's bundled ptxas and cuobjdump (the CUDA backend), not a device.
 """
 
@@ -61,14 +63,22 @@ def compile_for_sm90(kernel, args: dict, num_warps: int):
                           options={"num_warps": num_warps, **COMPILE_OPTIONS})
 
 
-def counts(compiled) -> dict:
-    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+def cuobjdump(compiled, option: str) -> str:
+    """``cuobjdump option`` of the compiled kernel's cubin."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        usage = subprocess.run([str(CUOBJDUMP), "--dump-resource-usage", f.name],
-                               capture_output=True, text=True).stdout
-    regs = re.search(r"REG:(\d+)", usage)
+        return subprocess.run([str(CUOBJDUMP), option, f.name], capture_output=True,
+                              text=True).stdout
+
+
+def counts(compiled) -> dict:
+    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+    regs = re.search(r"REG:(\d+)", cuobjdump(compiled, "--dump-resource-usage"))
+    sass = [line for line in cuobjdump(compiled, "-sass").splitlines()
+            if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
+    first_math = next((i for i, line in enumerate(sass)
+                       if re.search(r"\b(?:FMUL|FADD|FFMA)\b", line)), len(sass))
     return {
         "convert_layout": ttgir.count("ttg.convert_layout"),
         "shared_bytes": compiled.metadata.shared,
@@ -81,6 +91,7 @@ def counts(compiled) -> dict:
         "loads_16B": len(re.findall(r"ld\.global[.\w]*\.v4\.b32", ptx)),
         "stores": len(re.findall(r"st\.global", ptx)),
         "stores_16B": len(re.findall(r"st\.global[.\w]*\.v4\.b32", ptx)),
+        "loads_before_math": sum("LDG" in line for line in sass[:first_math]),
         "registers": int(regs.group(1)) if regs else None,
     }
 
@@ -188,6 +199,7 @@ CASES = [
     fused_case("fused (32,8)x128 T=8 mrope", 8, 32, 8, 128, 128, mrope=True),
     fused_case("fused DiT 24x24 T=3973", 3973, 24, 24, 128, 128),
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
+    norm_case("rms_norm DiT 24x128 T=3973", 3973, 24, 128),
     rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
     rope_case("rope (16,2)x256/r64 T=8192 out of place", 8192, 16, 2, 256, 64, inplace=False),
     *(rows_copy_case(block) for block in (512, 1024, 2048, 4096)),
