@@ -103,9 +103,6 @@ class Settings:
     pdl_wait_first_warps_per_sm: int = 48
     # The variant every PDL launch takes (0: by the rule above).
     pdl_variant: int = 0
-    # Experiment: the public rope, out of place with partial rotary, loads its pass-through
-    # channels before it stores its rotary ones.
-    rope_pass_first: bool = False
 
 
 SETTINGS = Settings()

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import calls, plan
+from . import calls
 from .checks import RopeCall, check_rope
 from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, next_pow2, plan_pair, qk_grid
@@ -28,7 +28,7 @@ def _rope_tile(
     T, H, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    MROPE: tl.constexpr, PASS_FIRST: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+    MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
 ):
     t, h = tile_coords(token_block, head_block, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
@@ -37,21 +37,14 @@ def _rope_tile(
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
                           stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
     x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
-    if PB > 0:
-        # Out of place, the channels past rotary_dim travel unrotated.
-        d = (2 * R2 + tl.arange(0, PB))[None, None, :]
-        m = mask & (d < D)
-        if PASS_FIRST:
-            # Experiment: loaded before the rotary channels are stored (the output may
-            # alias the input, so no compiler moves a load above a store).
-            xp = tl.load(x_row + d, mask=m)
     o1, o2 = rotate(x1, x2, c, s, valid)
     dtype = o_ptr.dtype.element_ty
     store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
     if PB > 0:
-        if not PASS_FIRST:
-            xp = tl.load(x_row + d, mask=m)
-        tl.store(o_row + d, xp, mask=m)
+        # Out of place, the channels past rotary_dim travel unrotated.
+        d = (2 * R2 + tl.arange(0, PB))[None, None, :]
+        m = mask & (d < D)
+        tl.store(o_row + d, tl.load(x_row + d, mask=m), mask=m)
 
 
 @triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs"])
@@ -63,7 +56,7 @@ def rope_kernel(
     stride_cs, stride_pos_axis, stride_pos_t,
     q_programs, q_head_blocks: tl.constexpr, k_head_blocks: tl.constexpr,
     D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    MROPE: tl.constexpr, PASS_FIRST: tl.constexpr,
+    MROPE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr,
 ):
@@ -72,12 +65,12 @@ def rope_kernel(
         _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                    T, HQ, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                    stride_cs, stride_pos_axis, stride_pos_t,
-                   D, PB, R2, NEOX, MROPE, PASS_FIRST, BTQ, BHQ)
+                   D, PB, R2, NEOX, MROPE, BTQ, BHQ)
     else:
         _rope_tile(k_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                    T, HK, max_pos, stride_kt, stride_kh, stride_kot, stride_koh,
                    stride_cs, stride_pos_axis, stride_pos_t,
-                   D, PB, R2, NEOX, MROPE, PASS_FIRST, BTK, BHK)
+                   D, PB, R2, NEOX, MROPE, BTK, BHK)
 
 
 def pass_width(head_dim: int, rotary_dim: int, inplace: bool) -> int:
@@ -117,7 +110,7 @@ def rope_launch(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.T
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
          D, pass_width(D, call.rotary_dim, inplace), call.rotary_dim // 2, call.neox,
-         call.axis_map is not None, plan.SETTINGS.rope_pass_first,
+         call.axis_map is not None,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS},
     )

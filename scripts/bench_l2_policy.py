@@ -5,7 +5,7 @@ left behind.
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps|tiles-3.8|norm]
         [--geometries d128|goals]
-        [--cold] [--route fused|split|rope]
+        [--cold] [--route fused|split]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
 twice (``default`` and ``default-again``: identical code, the null arm), and the plan
@@ -18,9 +18,7 @@ apart (``rows-copy-N-wW``: N elements a program in W warps). ``--cold`` gives ea
 sets to sweep twice the L2 before one comes round again (``qkbench.worker.cold_sets``).
 ``--route split`` times the split route's three launches instead of the fused kernel, with
 the split route's bytes (``traffic.split_bytes``), each arm checked against its output
-under the default settings; ``--route rope`` the public ``rope`` alone (out of place where
-the geometry is), with its own bytes (every row read and written, the table rows and the
-positions), checked the same way.
+under the default settings.
 Each round visits the arms in an order rotated by one, taking ``--visit`` samples of each.
 Reports per arm the median per-call us, its ratio to ``default`` and its share of the
 device's copy bandwidth (a 256 MiB ``copy_``) for the bytes it moves; a variant's ratio
@@ -96,9 +94,6 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "elems2048": {"elems_per_program": 2048},
         "q-then-k": {"interleave_qk_span_ratio": 0},
     },
-    # The public rope out of place with partial rotary (``--route rope``): its pass-through
-    # channels loaded before its rotary ones are stored (``Settings.rope_pass_first``).
-    "rope-pass": {"default": {}, "default-again": {}, "pass-first": {"rope_pass_first": True}},
     # The split route's rms_norm programs (run with ``--route split``; the default holds
     # 2048 elements in 4 warps): version 3.8's 4096 in 4 warps, 4096 in 8, 2048 in 2.
     "norm": {
@@ -167,23 +162,6 @@ def copy_launch(size: tuple[int, int | None] | None, inputs, inplace: bool):
     return limits.rows_copy_launch(*src, *dst, block, warps), lambda: copied
 
 
-def rope_only(q, k, q_weight, k_weight, positions, cos_sin_cache, *, eps=None,
-              weight_mode=None, **options):
-    """The public ``rope`` called with the op's arguments (the norm's are dropped)."""
-    from qkbench.kernels import rope
-
-    return rope(q, k, positions, cos_sin_cache, **options)
-
-
-def rope_bytes(q, k, q_weight, k_weight, positions, cos_sin_cache, **options) -> int:
-    """``rope_only``'s bytes: the op's minimum (``traffic.fused_bytes``) less the weights."""
-    from qkbench.kernels import traffic
-
-    weights = sum(w.numel() * w.element_size() for w in (q_weight, k_weight))
-    return traffic.fused_bytes(q, k, q_weight, k_weight, positions, cos_sin_cache,
-                               **options) - weights
-
-
 def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
                   visit: int, inner: int, *, cold: bool, copy_gbps: float,
                   route: str = "fused") -> dict:
@@ -192,21 +170,20 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
     from qkbench.worker import cold_sets
 
     op, op_bytes = {"fused": (qk_norm_rope, traffic.fused_bytes),
-                    "split": (qk_norm_rope_split, traffic.split_bytes),
-                    "rope": (rope_only, rope_bytes)}[route]
+                    "split": (qk_norm_rope_split, traffic.split_bytes)}[route]
     g = shape.geometry
     inputs = make_inputs(Case(g, shape.tokens, max_position=shape.max_position), 0,
                          backend.device)
     rows = sum(x.numel() * x.element_size() for x in (inputs.q, inputs.k))
     sets = cold_sets(backend, rows) if cold else 1
     reps = max(inner, sets)
-    reference = call(rope_only if route == "rope" else qk_norm_rope_split, inputs, g.inplace)
+    split_out = call(qk_norm_rope_split, inputs, g.inplace)
     graphs, checks = [], {}
     for label, arm in arms.items():
         settings = {k: v for k, v in arm.items() if k not in CALL_OPTIONS}
         options = {k: v for k, v in arm.items() if k in CALL_OPTIONS}
         with plan.use(**settings):
-            checks[label] = identical(call(op, inputs, g.inplace, **options), reference)
+            checks[label] = identical(call(op, inputs, g.inplace, **options), split_out)
             launches = [launcher(op, inputs, g.inplace, **options)
                         for _ in range(sets)]
             for launch in launches:
@@ -248,9 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--geometries", choices=("d128", "goals"), default="d128")
     parser.add_argument("--cold", action="store_true",
                         help="each arm cycles over buffer sets sweeping twice the L2")
-    parser.add_argument("--route", choices=("fused", "split", "rope"), default="fused",
-                        help="what the arms time: the fused kernel, the split route, or the "
-                             "public rope alone")
+    parser.add_argument("--route", choices=("fused", "split"), default="fused",
+                        help="the route the arms' settings plan (split: its rms_norm)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)

@@ -173,7 +173,6 @@ def rope_case(label: str, t: int, hq: int, hk: int, d: int, r: int, inplace=True
                 stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **chunks(t, plan_q, plan_k),
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks, D=d,
                 PB=pass_width(d, r, inplace), R2=r // 2, NEOX=True, MROPE=False,
-                PASS_FIRST=plan.SETTINGS.rope_pass_first,
                 BTQ=plan_q.block_t, BHQ=plan_q.block_h, BTK=plan_k.block_t, BHK=plan_k.block_h)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)

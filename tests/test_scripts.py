@@ -225,24 +225,6 @@ def test_l2_policy_bench_times_the_split_route_with_its_own_bytes(tmp_path):
     assert inputs.call(traffic.split_bytes) != inputs.call(traffic.fused_bytes)
 
 
-@interpreter_only
-def test_l2_policy_bench_times_the_public_rope_alone_with_its_own_bytes(tmp_path):
-    from qkbench.case import Case, make_inputs
-    from qkbench.kernels import traffic
-
-    bench = script("bench_l2_policy")
-    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--arms",
-            "rope-pass", "--route", "rope", "--out", str(tmp_path)]
-    assert bench.main(argv) == 0
-    (entry,) = json.loads((tmp_path / "bench_l2_policy.json").read_text())["shapes"]
-    assert set(entry["us"]) == set(bench.ARM_SETS["rope-pass"])
-    assert all(entry["checks_passed"].values())
-    (shape,) = bench.shapes(quick=True, tokens=[])
-    inputs = make_inputs(Case(shape.geometry, shape.tokens), 0, torch.device("cpu"))
-    weights = sum(w.numel() * w.element_size() for w in (inputs.q_weight, inputs.k_weight))
-    assert set(entry["bytes"].values()) == {inputs.call(traffic.fused_bytes) - weights}
-
-
 def test_l2_policy_norm_arms_plan_other_rms_norm_programs():
     """Each norm arm gives the split route's rms_norm other tiles or warps at the quick
     shape, and leaves the fused kernel's plan alone."""
