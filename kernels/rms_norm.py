@@ -52,9 +52,9 @@ def rms_norm_kernel(
 def norm_plan(tokens: int, heads: int, head_dim: int, device: torch.device,
               element_size: int = 2) -> TilePlan:
     """The tile plan of an rms_norm launch."""
-    s = plan.SETTINGS
+    s = plan.SETTINGS  # plan_tiles takes 0 as "the fused kernel's", as it does None
     return plan_tiles(tokens, heads, next_pow2(head_dim), element_size, min_programs(device),
-                      s.norm_elems_per_program or None, s.norm_elems_per_warp or None)
+                      s.norm_elems_per_program, s.norm_elems_per_warp)
 
 
 def norm_launch(x: torch.Tensor, y: torch.Tensor, eps: float, offset: bool,
