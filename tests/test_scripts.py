@@ -361,3 +361,44 @@ def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path
     assert rows.pop("control") > 0  # the count sees a division by a run-time value
     assert any(label.startswith("fused DiT") for label in rows)  # a tile of 8 heads of 24
     assert rows == dict.fromkeys(rows, 0)
+
+
+def _pass(pid: int, cells: dict[str, dict[str, float]]) -> dict:
+    """A pass record as ``first_cell`` reads it: per cell in order, each route's us."""
+    return {"pid": pid, "cases": [
+        {"key": key, "comparisons": [{"status": "ok", "arms": [
+            {"route": route, "samples": [us * 1e-6] * 3} for route, us in routes.items()]}]}
+        for key, routes in cells.items()]}
+
+
+def test_first_cell_sets_a_process_first_cell_beside_the_same_cell_measured_later():
+    """Planted: the first cell of each fresh process reads 1.0 us, the same cell 1.2 us
+    whenever a process measures it after another; the report shows exactly that."""
+    fast, slow = {"fused": 1.0, "split": 3.0}, {"fused": 1.2, "split": 3.3}
+    archive = {"passes": [_pass(1, {"g/T1": fast, "g/T8": slow}),
+                          _pass(1, {"g/T1": slow, "g/T8": slow}),
+                          _pass(2, {"g/T1": fast, "g/T8": slow})]}
+    (row,) = script("first_cell").first_cell_rows(archive)
+    assert (row["cell"], row["first"], row["later"]) == ("g/T1", 2, 1)
+    assert row["routes"] == {"fused": pytest.approx((1.0, 1.2)),
+                             "split": pytest.approx((3.0, 3.3))}
+
+
+def test_first_cell_finds_no_pair_where_every_pass_is_a_fresh_process_in_the_same_order():
+    cells = {"g/T1": {"fused": 1.0}, "g/T8": {"fused": 1.5}}
+    archive = {"passes": [_pass(pid, cells) for pid in (1, 2, 3)]}
+    assert script("first_cell").first_cell_rows(archive) == []
+
+
+@interpreter_only
+def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
+    probe = script("probe_process_state")
+    out = tmp_path / "probe.json"
+    assert probe.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    names = ["fused", "fused-pdl", "split", "empty", "row-at-position"]
+    assert [row["step"] for row in rows][:2] == ["start", "again"]
+    assert len(rows) == 10
+    for row in rows:
+        assert list(row["us"]) == names and all(us > 0 for us in row["us"].values())
+    assert list(rows[-1]["us_new_graphs"]) == names

@@ -1,0 +1,186 @@
+"""Which of a process's own doings makes its small launches slower than its first.
+
+    python scripts/probe_process_state.py [--out FILE.json] [--samples 60]
+    python scripts/probe_process_state.py --device cpu --quick   (exercises the code)
+
+In every archive made on the H200, the first cell a process measured read faster than the
+same cell measured later (``scripts/first_cell.py``): at T = 1 the fused kernel 7-14 % and
+the split route 5-17 %, while ``fused-pdl`` moved less than 2 % and eager not at all. This
+probe keeps one set of graphs of 32 launches alive for the whole process -- the fused op at
+(32,8) x 128, T = 1, without and with PDL; the split route; an empty one-program kernel;
+and a one-program kernel that copies the table row a position names (``limits.row_floor``)
+-- and times them all, interleaved, after each step of ``STEPS``: nothing, idle, the
+allocator's cache emptied, a large allocation freed, new kernel variants compiled and
+loaded, graphs of other cells captured and destroyed, a large copy, idle again, and last
+the same probes on buffers and graphs made anew. The step after which the probes slow
+down names the cause; a probe that slows at no step says the first cell's speed is
+something else (then compare with a second process).
+"""
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def geometry(quick: bool):
+    from qkbench.case import Geometry
+
+    return Geometry("tiny", 2, 1, 64) if quick else Geometry("qwen3-32x8", 32, 8, 128)
+
+
+def fused_launch(device: torch.device, quick: bool, tokens: int, seed: int, **options):
+    """A zero-argument launch of the fused op at ``tokens`` on buffers of its own."""
+    from bench_kernels import launcher
+
+    from qkbench.case import Case, make_inputs
+    from qkbench.kernels import qk_norm_rope
+
+    return launcher(qk_norm_rope, make_inputs(Case(geometry(quick), tokens), seed, device),
+                    True, **options)
+
+
+def probes(device: torch.device, quick: bool) -> dict[str, Callable[[], None]]:
+    """The launches timed at every step, each on buffers of its own."""
+    from bench_kernels import launcher
+
+    from qkbench.case import Case, make_inputs
+    from qkbench.kernels import qk_norm_rope_split
+    from qkbench.limits import _empty_kernel, _row_kernel
+
+    rows = 4096
+    pos = torch.tensor([rows - 1], dtype=torch.int64, device=device)
+    table = torch.rand(rows, 128, dtype=torch.float32, device=device)
+    out = torch.empty(128, dtype=torch.float32, device=device)
+    x = torch.empty(1, device=device)
+    return {
+        "fused": fused_launch(device, quick, 1, 0),
+        "fused-pdl": fused_launch(device, quick, 1, 0, pdl=True),
+        "split": launcher(qk_norm_rope_split, make_inputs(Case(geometry(quick), 1), 0, device),
+                          True),
+        "empty": lambda: _empty_kernel[(1,)](x),
+        "row-at-position": lambda: _row_kernel[(1,)](pos, table, out, True, 128, num_warps=1),
+    }
+
+
+# Token counts of the other cells a step runs: each compiles a kernel variant of its own.
+def other_tokens(quick: bool) -> tuple[int, ...]:
+    return (2, 3) if quick else (8, 64, 2048)
+
+
+def other_cells(device: torch.device, quick: bool) -> None:
+    """Compile and run the fused op at other token counts (new kernel variants loaded)."""
+    for tokens in other_tokens(quick):
+        fused_launch(device, quick, tokens, 1)()
+
+
+def graphs_of_other_cells(backend, device: torch.device, quick: bool, inner_reps: int) -> None:
+    """Capture, replay and destroy graphs of other cells, as a sweep's cells do."""
+    for tokens in other_tokens(quick):
+        launch = fused_launch(device, quick, tokens, 2)
+        launch()
+        arm = backend.prepare([launch], inner_reps, f"T{tokens}")
+        backend.run([arm], [0] * 10, [9])
+        del arm
+    gc.collect()
+
+
+def large_allocation(device: torch.device, quick: bool) -> None:
+    x = torch.empty((1 << 20) if quick else (8 << 30), dtype=torch.uint8, device=device)
+    x.fill_(1)
+    del x
+
+
+def sleep(seconds: float, quick: bool) -> Callable[[], None]:
+    return lambda: None if quick else time.sleep(seconds)
+
+
+def steps(backend, device: torch.device, quick: bool, inner_reps: int
+          ) -> list[tuple[str, Callable[[], None]]]:
+    """(name, what the process does before the probes are timed again), in order."""
+    from qkbench.limits import copy_bandwidth
+
+    empty_cache = torch.cuda.empty_cache if device.type == "cuda" else (lambda: None)
+    return [
+        ("start", lambda: None),
+        ("again", lambda: None),
+        ("idle 3 s", sleep(3, quick)),
+        ("empty_cache", empty_cache),
+        ("8 GiB allocated, freed, cache emptied",
+         lambda: (large_allocation(device, quick), empty_cache())),
+        ("new kernel variants (T = 8, 64, 2048) compiled and run",
+         lambda: other_cells(device, quick)),
+        ("graphs of other cells captured, replayed, destroyed; cache emptied",
+         lambda: (graphs_of_other_cells(backend, device, quick, inner_reps), empty_cache())),
+        ("a 256 MiB copy_, 20 samples", lambda: copy_bandwidth(backend)),
+        ("idle 10 s", sleep(10, quick)),
+        ("idle 30 s", sleep(30, quick)),
+    ]
+
+
+def time_probes(backend, arms: dict, warmup: int, samples: int) -> dict[str, float]:
+    """Median per-call us of each arm, sampled in rounds over the arms, warm-up dropped."""
+    names = list(arms)
+    rounds = warmup + samples
+    sequence = [i for _ in range(rounds) for i in range(len(names))]
+    timed = backend.run([arms[n] for n in names], sequence, [len(sequence) - 1])
+    per_arm = {n: timed.seconds[i::len(names)][warmup:] for i, n in enumerate(names)}
+    return {n: statistics.median(s) * 1e6 for n, s in per_arm.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--samples", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from qkbench.backends import backend_for
+
+    backend = backend_for(device)
+    inner_reps = 1 if args.quick else 32
+    samples, warmup = (2, 1) if args.quick else (args.samples, args.warmup)
+    launches = probes(device, args.quick)
+    for launch in launches.values():
+        launch()
+    arms = {name: backend.prepare([launch], inner_reps, name)
+            for name, launch in launches.items()}
+    monitor = getattr(backend, "monitor", None)
+    rows = []
+    plan = steps(backend, device, args.quick, inner_reps)
+    for n, (name, action) in enumerate(plan, 1):
+        action()
+        row = {"step": name, "us": time_probes(backend, arms, warmup, samples),
+               "telemetry": monitor.read(0) if monitor else None}
+        if n == len(plan):
+            fresh = probes(device, args.quick)
+            for launch in fresh.values():
+                launch()
+            row["us_new_graphs"] = time_probes(
+                backend, {n: backend.prepare([f], inner_reps, n) for n, f in fresh.items()},
+                warmup, samples)
+        rows.append(row)
+        print(f"{name:70s} " + "  ".join(f"{n} {us:7.3f}" for n, us in row["us"].items()),
+              flush=True)
+        if args.out:
+            args.out.write_text(json.dumps({"device": str(device), "rows": rows}, indent=1))
+    print("new graphs and buffers  " + "  ".join(f"{n} {us:7.3f}"
+                                                 for n, us in rows[-1]["us_new_graphs"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
