@@ -9,10 +9,11 @@ the split route 5-17 %, while ``fused-pdl`` moved less than 2 % and eager not at
 probe keeps one set of graphs of 32 launches alive for the whole process -- the fused op at
 (32,8) x 128, T = 1, without and with PDL; the split route; an empty one-program kernel;
 and a one-program kernel that copies the table row a position names (``limits.row_floor``)
--- and times them all, interleaved, after each step of ``STEPS``: nothing, idle, the
-allocator's cache emptied, a large allocation freed, new kernel variants compiled and
-loaded, graphs of other cells captured and destroyed, a large copy, idle again, and last
-the same probes on buffers and graphs made anew. The step after which the probes slow
+-- and times them all, interleaved, after each step (``steps``; ``--steps`` picks and
+orders them): nothing, idle, the allocator's cache emptied, a large allocation freed, new
+kernel variants compiled and loaded, graphs of other cells captured and destroyed, one cell
+as the harness runs it, a large copy, idle again; and last the same probes on buffers and
+graphs made anew. The step after which the probes slow
 down names the cause; a probe that slows at no step says the first cell's speed is
 something else (then compare with a second process).
 """
@@ -104,27 +105,42 @@ def sleep(seconds: float, quick: bool) -> Callable[[], None]:
     return lambda: None if quick else time.sleep(seconds)
 
 
+def harness_cell(backend, quick: bool) -> None:
+    """One cell as a sweep's pass runs it (``worker.run_case``: inputs, verification,
+    placement, each comparison's three arms, the same-bytes copy), then the cache emptied."""
+    from qkbench import worker
+    from qkbench.protocol import load
+
+    p = load("smoke" if quick else "qwen3-decode")
+    worker.run_case(backend, p, p.cases()[1], 1, 0, ("A", "B", "A'"))
+    if backend.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def steps(backend, device: torch.device, quick: bool, inner_reps: int
-          ) -> list[tuple[str, Callable[[], None]]]:
-    """(name, what the process does before the probes are timed again), in order."""
+          ) -> dict[str, tuple[str, Callable[[], None]]]:
+    """key -> (what the process does before the probes are timed again, the doing)."""
     from qkbench.limits import copy_bandwidth
 
     empty_cache = torch.cuda.empty_cache if device.type == "cuda" else (lambda: None)
-    return [
-        ("start", lambda: None),
-        ("again", lambda: None),
-        ("idle 3 s", sleep(3, quick)),
-        ("empty_cache", empty_cache),
-        ("8 GiB allocated, freed, cache emptied",
-         lambda: (large_allocation(device, quick), empty_cache())),
-        ("new kernel variants (T = 8, 64, 2048) compiled and run",
-         lambda: other_cells(device, quick)),
-        ("graphs of other cells captured, replayed, destroyed; cache emptied",
-         lambda: (graphs_of_other_cells(backend, device, quick, inner_reps), empty_cache())),
-        ("a 256 MiB copy_, 20 samples", lambda: copy_bandwidth(backend)),
-        ("idle 10 s", sleep(10, quick)),
-        ("idle 30 s", sleep(30, quick)),
-    ]
+    return {
+        "start": ("start", lambda: None),
+        "again": ("again", lambda: None),
+        "idle3": ("idle 3 s", sleep(3, quick)),
+        "empty-cache": ("empty_cache", empty_cache),
+        "alloc": ("8 GiB allocated, freed, cache emptied",
+                  lambda: (large_allocation(device, quick), empty_cache())),
+        "kernels": ("new kernel variants (T = 8, 64, 2048) compiled and run",
+                    lambda: other_cells(device, quick)),
+        "graphs": ("graphs of other cells captured, replayed, destroyed; cache emptied",
+                   lambda: (graphs_of_other_cells(backend, device, quick, inner_reps),
+                            empty_cache())),
+        "cell": ("a harness cell (qwen3-decode T = 8), cache emptied",
+                 lambda: harness_cell(backend, quick)),
+        "copy": ("a 256 MiB copy_, 20 samples", lambda: copy_bandwidth(backend)),
+        "idle10": ("idle 10 s", sleep(10, quick)),
+        "idle30": ("idle 30 s", sleep(30, quick)),
+    }
 
 
 def time_probes(backend, arms: dict, warmup: int, samples: int) -> dict[str, float]:
@@ -144,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--steps", default=None,
+                        help="comma-separated step keys, in order (default: all, as listed "
+                             "in steps())")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
@@ -160,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
             for name, launch in launches.items()}
     monitor = getattr(backend, "monitor", None)
     rows = []
-    plan = steps(backend, device, args.quick, inner_reps)
+    known = steps(backend, device, args.quick, inner_reps)
+    keys = args.steps.split(",") if args.steps else list(known)
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        parser.error(f"unknown step(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    plan = [known[k] for k in keys]
     for n, (name, action) in enumerate(plan, 1):
         action()
         row = {"step": name, "us": time_probes(backend, arms, warmup, samples),

@@ -398,7 +398,17 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     names = ["fused", "fused-pdl", "split", "empty", "row-at-position"]
     assert [row["step"] for row in rows][:2] == ["start", "again"]
-    assert len(rows) == 10
+    assert len(rows) == 11
     for row in rows:
         assert list(row["us"]) == names and all(us > 0 for us in row["us"].values())
     assert list(rows[-1]["us_new_graphs"]) == names
+
+
+@interpreter_only
+def test_process_state_probe_runs_the_steps_asked_for_in_their_order(tmp_path):
+    out = tmp_path / "probe.json"
+    argv = ["--device", "cpu", "--quick", "--steps", "cell,start", "--out", str(out)]
+    assert script("probe_process_state").main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["step"] for row in rows] == ["a harness cell (qwen3-decode T = 8), cache "
+                                             "emptied", "start"]
