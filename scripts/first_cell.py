@@ -21,13 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def arm_times(case: dict) -> dict[str, float]:
-    """Median per-call us of each route in a case record, over its arms (A and A' pooled)."""
+    """Median per-call us of each route in a case record, over its arms (A and A' pooled),
+    and of the case's same-bytes copy (``copy_``)."""
     times: dict[str, list[float]] = {}
     for comparison in case.get("comparisons", []):
         if comparison.get("status") != "ok":
             continue
         for arm in comparison["arms"]:
             times.setdefault(arm["route"], []).append(statistics.median(arm["samples"]) * 1e6)
+    if case.get("copy", {}).get("samples"):
+        # The case's same-bytes ``copy_`` of q and k (torch's kernel, not Triton's).
+        times["copy_"] = [statistics.median(case["copy"]["samples"]) * 1e6]
     return {route: statistics.median(v) for route, v in times.items()}
 
 

@@ -3,19 +3,21 @@
     python scripts/probe_process_state.py [--out FILE.json] [--samples 60]
     python scripts/probe_process_state.py --device cpu --quick   (exercises the code)
 
-In every archive made on the H200, the first cell a process measured read faster than the
+In the archives made on the H200, the first cell a process measured read faster than the
 same cell measured later (``scripts/first_cell.py``): at T = 1 the fused kernel 7-14 % and
-the split route 5-17 %, while ``fused-pdl`` moved less than 2 % and eager not at all. This
-probe keeps one set of graphs of 32 launches alive for the whole process -- the fused op at
-(32,8) x 128, T = 1, without and with PDL; the split route; an empty one-program kernel;
-and a one-program kernel that copies the table row a position names (``limits.row_floor``)
--- and times them all, interleaved, after each step (``steps``; ``--steps`` picks and
-orders them): nothing, idle, the allocator's cache emptied, a large allocation freed, new
-kernel variants compiled and loaded, graphs of other cells captured and destroyed, one cell
-as the harness runs it, a large copy, idle again; and last the same probes on buffers and
-graphs made anew. The step after which the probes slow
-down names the cause; a probe that slows at no step says the first cell's speed is
-something else (then compare with a second process).
+the split route 5-17 %, while ``fused-pdl`` moved by 2 % or less, and eager and compiled
+(torch's and inductor's kernels) by about 1 %. This probe keeps one set of graphs of 32
+launches alive for the whole process and times them all, interleaved, after each step
+(``steps``; ``--steps`` picks and orders them): nothing, idle, the allocator's cache
+emptied, a large allocation freed, new kernel variants compiled and loaded, graphs of
+other cells captured and destroyed, one cell as the harness runs it, a large copy, idle
+again; and last the same probes on buffers and graphs made anew. The probes (``probes``)
+set the op's launch path beside Triton's own and torch's: the fused op at (32,8) x 128,
+T = 1, through the op's launcher (``fused``), with PDL, and through Triton's JIT dispatch
+(``fused-jit``); the split route; two one-program Triton kernels launched by Triton
+(empty, and the table row a position names: ``limits.row_floor``); and a ``copy_`` of
+T = 1's rows. The step after which a probe slows down names the cause; the probes that
+slow name what it touches.
 """
 
 import argparse
@@ -50,6 +52,20 @@ def fused_launch(device: torch.device, quick: bool, tokens: int, seed: int, **op
                     True, **options)
 
 
+def triton_dispatch(launch: Callable[[], None]) -> Callable[[], None]:
+    """``launch`` through Triton's JIT dispatch instead of the op's own launcher."""
+    from qkbench.kernels import launch as launch_path
+
+    def run() -> None:
+        direct, launch_path.DIRECT = launch_path.DIRECT, False
+        try:
+            launch()
+        finally:
+            launch_path.DIRECT = direct
+
+    return run
+
+
 def probes(device: torch.device, quick: bool) -> dict[str, Callable[[], None]]:
     """The launches timed at every step, each on buffers of its own."""
     from bench_kernels import launcher
@@ -63,13 +79,17 @@ def probes(device: torch.device, quick: bool) -> dict[str, Callable[[], None]]:
     table = torch.rand(rows, 128, dtype=torch.float32, device=device)
     out = torch.empty(128, dtype=torch.float32, device=device)
     x = torch.empty(1, device=device)
+    inputs = make_inputs(Case(geometry(quick), 1), 0, device)
+    src = torch.cat((inputs.q.flatten(), inputs.k.flatten()))
+    dst = torch.empty_like(src)
     return {
         "fused": fused_launch(device, quick, 1, 0),
         "fused-pdl": fused_launch(device, quick, 1, 0, pdl=True),
-        "split": launcher(qk_norm_rope_split, make_inputs(Case(geometry(quick), 1), 0, device),
-                          True),
+        "fused-jit": triton_dispatch(fused_launch(device, quick, 1, 0)),
+        "split": launcher(qk_norm_rope_split, inputs, True),
         "empty": lambda: _empty_kernel[(1,)](x),
         "row-at-position": lambda: _row_kernel[(1,)](pos, table, out, True, 128, num_warps=1),
+        "copy_": lambda: dst.copy_(src),
     }
 
 

@@ -396,7 +396,7 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
     out = tmp_path / "probe.json"
     assert probe.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    names = ["fused", "fused-pdl", "split", "empty", "row-at-position"]
+    names = ["fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position", "copy_"]
     assert [row["step"] for row in rows][:2] == ["start", "again"]
     assert len(rows) == 11
     for row in rows:
