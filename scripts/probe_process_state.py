@@ -10,14 +10,14 @@ the split route 5-17 %, while ``fused-pdl`` moved by 2 % or less, and eager and 
 launches alive for the whole process and times them all, interleaved, after each step
 (``steps``; ``--steps`` picks and orders them): nothing, idle, the allocator's cache
 emptied, a large allocation freed, new kernel variants compiled and loaded, graphs of
-other cells captured and destroyed, one cell as the harness runs it, a large copy, idle
-again; and last the same probes on buffers and graphs made anew. The probes (``probes``)
-set the op's launch path beside Triton's own and torch's: the fused op at (32,8) x 128,
-T = 1, through the op's launcher (``fused``), with PDL, and through Triton's JIT dispatch
-(``fused-jit``); the split route; two one-program Triton kernels launched by Triton
-(empty, and the table row a position names: ``limits.row_floor``); and a ``copy_`` of
-T = 1's rows. The step after which a probe slows down names the cause; the probes that
-slow name what it touches.
+other cells captured and destroyed, a cell's verification, a cell's same-bytes ``copy_``
+graph, one whole cell as the harness runs it, a large copy, idle again; and last the same
+probes on buffers and graphs made anew. The probes (``probes``) set the op's launch path
+beside Triton's own and torch's: the fused op at (32,8) x 128, T = 1, through the op's
+launcher (``fused``), with PDL, and through Triton's JIT dispatch (``fused-jit``); the
+split route; two one-program Triton kernels launched by Triton (empty, and the table row a
+position names: ``limits.row_floor``); and a ``copy_`` of T = 1's rows. The step after
+which a probe slows down names the cause; the probes that slow name what it touches.
 """
 
 import argparse
@@ -125,14 +125,50 @@ def sleep(seconds: float, quick: bool) -> Callable[[], None]:
     return lambda: None if quick else time.sleep(seconds)
 
 
+def harness_case(quick: bool):
+    """The protocol and case of the harness steps: qwen3-decode's second cell (T = 8)."""
+    from qkbench.protocol import load
+
+    p = load("smoke" if quick else "qwen3-decode")
+    return p, p.cases()[1]
+
+
+def verification(device: torch.device, quick: bool) -> None:
+    """A cell's verification: the FP64 oracle and each route once (``verify.verify``)."""
+    from qkbench.case import make_inputs
+    from qkbench.routes import resolve
+    from qkbench.verify import verify
+
+    p, case = harness_case(quick)
+    verify([resolve(name) for name in p.routes], make_inputs(case, 3, device),
+           case.geometry.inplace)
+
+
+def copy_graph(backend, device: torch.device, quick: bool, inner_reps: int) -> None:
+    """A cell's same-bytes ``copy_`` of q and k, captured, replayed and destroyed."""
+    from qkbench.case import make_inputs
+
+    inputs = make_inputs(harness_case(quick)[1], 4, device)
+    q, k = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+
+    def launch() -> None:
+        q.copy_(inputs.q)
+        k.copy_(inputs.k)
+
+    launch()
+    arm = backend.prepare([launch], inner_reps, "copy")
+    backend.run([arm], [0] * 10, [9])
+    del arm
+    gc.collect()
+
+
 def harness_cell(backend, quick: bool) -> None:
     """One cell as a sweep's pass runs it (``worker.run_case``: inputs, verification,
     placement, each comparison's three arms, the same-bytes copy), then the cache emptied."""
     from qkbench import worker
-    from qkbench.protocol import load
 
-    p = load("smoke" if quick else "qwen3-decode")
-    worker.run_case(backend, p, p.cases()[1], 1, 0, ("A", "B", "A'"))
+    p, case = harness_case(quick)
+    worker.run_case(backend, p, case, 1, 0, ("A", "B", "A'"))
     if backend.device.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -155,6 +191,10 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int
         "graphs": ("graphs of other cells captured, replayed, destroyed; cache emptied",
                    lambda: (graphs_of_other_cells(backend, device, quick, inner_reps),
                             empty_cache())),
+        "verify": ("a cell's verification (oracle, each route once)",
+                   lambda: verification(device, quick)),
+        "copy-graph": ("a cell's same-bytes copy_ graph captured, replayed, destroyed",
+                       lambda: copy_graph(backend, device, quick, inner_reps)),
         "cell": ("a harness cell (qwen3-decode T = 8), cache emptied",
                  lambda: harness_cell(backend, quick)),
         "copy": ("a 256 MiB copy_, 20 samples", lambda: copy_bandwidth(backend)),

@@ -398,7 +398,7 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     names = ["fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position", "copy_"]
     assert [row["step"] for row in rows][:2] == ["start", "again"]
-    assert len(rows) == 11
+    assert len(rows) == 13
     for row in rows:
         assert list(row["us"]) == names and all(us > 0 for us in row["us"].values())
     assert list(rows[-1]["us_new_graphs"]) == names
