@@ -16,7 +16,9 @@ probes on buffers and graphs made anew. The probes (``probes``) set the op's lau
 beside Triton's own and torch's: the fused op at (32,8) x 128, T = 1, through the op's
 launcher (``fused``), with PDL, and through Triton's JIT dispatch (``fused-jit``); the
 split route; two one-program Triton kernels launched by Triton (empty, and the table row a
-position names: ``limits.row_floor``); and a ``copy_`` of T = 1's rows. The step after
+position names: ``limits.row_floor``); a ``copy_`` of T = 1's rows; and, past the L2, the
+fused op at T = 8192, the rows copied by one Triton launch (``limits.rows_copy_launch``,
+1024 elements a program) and by ``copy_``. The step after
 which a probe slows down names the cause; the probes that slow name what it touches.
 """
 
@@ -71,8 +73,8 @@ def probes(device: torch.device, quick: bool) -> dict[str, Callable[[], None]]:
     from bench_kernels import launcher
 
     from qkbench.case import Case, make_inputs
-    from qkbench.kernels import qk_norm_rope_split
-    from qkbench.limits import _empty_kernel, _row_kernel
+    from qkbench.kernels import qk_norm_rope, qk_norm_rope_split
+    from qkbench.limits import _empty_kernel, _row_kernel, rows_copy_launch
 
     rows = 4096
     pos = torch.tensor([rows - 1], dtype=torch.int64, device=device)
@@ -82,6 +84,8 @@ def probes(device: torch.device, quick: bool) -> dict[str, Callable[[], None]]:
     inputs = make_inputs(Case(geometry(quick), 1), 0, device)
     src = torch.cat((inputs.q.flatten(), inputs.k.flatten()))
     dst = torch.empty_like(src)
+    large = make_inputs(Case(geometry(quick), 3 if quick else 8192), 5, device)
+    large_out = [torch.empty_like(x) for x in (large.q, large.k)]
     return {
         "fused": fused_launch(device, quick, 1, 0),
         "fused-pdl": fused_launch(device, quick, 1, 0, pdl=True),
@@ -90,6 +94,10 @@ def probes(device: torch.device, quick: bool) -> dict[str, Callable[[], None]]:
         "empty": lambda: _empty_kernel[(1,)](x),
         "row-at-position": lambda: _row_kernel[(1,)](pos, table, out, True, 128, num_warps=1),
         "copy_": lambda: dst.copy_(src),
+        # Past the L2: does the state touch a bandwidth-bound launch of ours too?
+        "fused-8192": launcher(qk_norm_rope, large, True),
+        "rows-copy-8192": rows_copy_launch(large.q, large.k, *large_out, 1024),
+        "copy_-8192": lambda: (large_out[0].copy_(large.q), large_out[1].copy_(large.k)),
     }
 
 

@@ -396,7 +396,8 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
     out = tmp_path / "probe.json"
     assert probe.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    names = ["fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position", "copy_"]
+    names = ["fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position", "copy_",
+             "fused-8192", "rows-copy-8192", "copy_-8192"]
     assert [row["step"] for row in rows][:2] == ["start", "again"]
     assert len(rows) == 13
     for row in rows:
