@@ -1,6 +1,6 @@
 """How much faster a process's first measured cell reads than the same cell measured later.
 
-    python scripts/first_cell.py [ARCHIVE ...]   (default: every archive under results/h200)
+    python scripts/first_cell.py [ARCHIVE ...]   (default: every run archive under results/)
 
 Every pass records the process that ran it (``pid``) and its cells in the order measured.
 A cell measured first by its process (the first cell of the first pass a pid ran) is set
@@ -11,11 +11,12 @@ such pair. Reads archives only; prints one row per cell that has both.
 """
 
 import argparse
-import gzip
-import json
 import statistics
 import sys
 from pathlib import Path
+
+from qkbench.archive import read
+from qkbench.errors import ArchiveError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,13 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("archives", nargs="*", type=Path)
     args = parser.parse_args(argv)
-    paths = args.archives or sorted((ROOT / "results" / "h200").rglob("*.json.gz"))
+    paths = args.archives or sorted(p for p in (ROOT / "results").rglob("*.json*")
+                                    if p.name.endswith((".json", ".json.gz")))
     print("| archive | isolation | cell | passes first / later | route: us first -> later "
           "(change) |")
     print("|---|---|---|---|---|")
     for path in paths:
-        with gzip.open(path) as f:
-            archive = json.load(f)
+        try:
+            archive = read(path)
+        except ArchiveError:
+            if args.archives:
+                raise
+            continue  # results/ also holds benches' JSON, which are not run archives
         isolation = archive.get("settings", {}).get("isolation")
         for row in first_cell_rows(archive):
             routes = ", ".join(f"{r}: {a:.3f} -> {b:.3f} ({b / a - 1:+.1%})"
