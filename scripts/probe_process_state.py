@@ -16,10 +16,11 @@ probes on buffers and graphs made anew. The probes (``probes``) set the op's lau
 beside Triton's own and torch's: the fused op at (32,8) x 128, T = 1, through the op's
 launcher (``fused``), with PDL, and through Triton's JIT dispatch (``fused-jit``); the
 split route; two one-program Triton kernels launched by Triton (empty, and the table row a
-position names: ``limits.row_floor``); a ``copy_`` of T = 1's rows; and, past the L2, the
-fused op at T = 8192, the rows copied by one Triton launch (``limits.rows_copy_launch``,
-1024 elements a program) and by ``copy_``. The step after
-which a probe slows down names the cause; the probes that slow name what it touches.
+position names: ``limits.row_floor``); past the L2, the fused op at T = 8192 and the rows
+copied by one Triton launch (``limits.rows_copy_launch``, 1024 elements a program); and,
+only when ``--probes`` names them (a cell's same-bytes copy graph may itself be what changes
+the state), a ``copy_`` of T = 1's rows and of T = 8192's. The step after which a probe
+slows down names the cause; the probes that slow name what it touches.
 """
 
 import argparse
@@ -29,7 +30,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -68,37 +69,59 @@ def triton_dispatch(launch: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-def probes(device: torch.device, quick: bool) -> dict[str, Callable[[], None]]:
-    """The launches timed at every step, each on buffers of its own."""
+PROBES = ("fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position", "copy_",
+          "fused-8192", "rows-copy-8192", "copy_-8192")
+# The probes run unless ``--probes`` names others: not the torch ``copy_`` graphs, which a
+# cell's ``_copy_reference`` replays too and which may change the state themselves.
+DEFAULT_PROBES = tuple(p for p in PROBES if not p.startswith("copy_"))
+
+
+def probes(device: torch.device, quick: bool, names: Sequence[str]
+           ) -> dict[str, Callable[[], None]]:
+    """The launches of ``names`` (of ``PROBES``), each on buffers of its own."""
     from bench_kernels import launcher
 
     from qkbench.case import Case, make_inputs
-    from qkbench.kernels import qk_norm_rope, qk_norm_rope_split
+    from qkbench.kernels import qk_norm_rope_split
     from qkbench.limits import _empty_kernel, _row_kernel, rows_copy_launch
 
-    rows = 4096
-    pos = torch.tensor([rows - 1], dtype=torch.int64, device=device)
-    table = torch.rand(rows, 128, dtype=torch.float32, device=device)
-    out = torch.empty(128, dtype=torch.float32, device=device)
-    x = torch.empty(1, device=device)
-    inputs = make_inputs(Case(geometry(quick), 1), 0, device)
-    src = torch.cat((inputs.q.flatten(), inputs.k.flatten()))
-    dst = torch.empty_like(src)
-    large = make_inputs(Case(geometry(quick), 3 if quick else 8192), 5, device)
-    large_out = [torch.empty_like(x) for x in (large.q, large.k)]
-    return {
-        "fused": fused_launch(device, quick, 1, 0),
-        "fused-pdl": fused_launch(device, quick, 1, 0, pdl=True),
-        "fused-jit": triton_dispatch(fused_launch(device, quick, 1, 0)),
-        "split": launcher(qk_norm_rope_split, inputs, True),
-        "empty": lambda: _empty_kernel[(1,)](x),
-        "row-at-position": lambda: _row_kernel[(1,)](pos, table, out, True, 128, num_warps=1),
-        "copy_": lambda: dst.copy_(src),
+    def row_at_position() -> Callable[[], None]:
+        rows = 4096
+        pos = torch.tensor([rows - 1], dtype=torch.int64, device=device)
+        table = torch.rand(rows, 128, dtype=torch.float32, device=device)
+        out = torch.empty(128, dtype=torch.float32, device=device)
+        return lambda: _row_kernel[(1,)](pos, table, out, True, 128, num_warps=1)
+
+    def empty() -> Callable[[], None]:
+        x = torch.empty(1, device=device)
+        return lambda: _empty_kernel[(1,)](x)
+
+    def copy_(tokens: int) -> Callable[[], None]:
+        inputs = make_inputs(Case(geometry(quick), tokens), 5, device)
+        out = [torch.empty_like(x) for x in (inputs.q, inputs.k)]
+        return lambda: (out[0].copy_(inputs.q), out[1].copy_(inputs.k))
+
+    def rows_copy(tokens: int) -> Callable[[], None]:
+        inputs = make_inputs(Case(geometry(quick), tokens), 5, device)
+        return rows_copy_launch(inputs.q, inputs.k, *(torch.empty_like(x)
+                                                     for x in (inputs.q, inputs.k)), 1024)
+
+    large = 3 if quick else 8192
+    makers = {
+        "fused": lambda: fused_launch(device, quick, 1, 0),
+        "fused-pdl": lambda: fused_launch(device, quick, 1, 0, pdl=True),
+        "fused-jit": lambda: triton_dispatch(fused_launch(device, quick, 1, 0)),
+        "split": lambda: launcher(qk_norm_rope_split,
+                                  make_inputs(Case(geometry(quick), 1), 0, device), True),
+        "empty": empty,
+        "row-at-position": row_at_position,
+        "copy_": lambda: copy_(1),
         # Past the L2: does the state touch a bandwidth-bound launch of ours too?
-        "fused-8192": launcher(qk_norm_rope, large, True),
-        "rows-copy-8192": rows_copy_launch(large.q, large.k, *large_out, 1024),
-        "copy_-8192": lambda: (large_out[0].copy_(large.q), large_out[1].copy_(large.k)),
+        "fused-8192": lambda: fused_launch(device, quick, large, 5),
+        "rows-copy-8192": lambda: rows_copy(large),
+        "copy_-8192": lambda: copy_(large),
     }
+    return {name: makers[name]() for name in names}
 
 
 # Token counts of the other cells a step runs: each compiles a kernel variant of its own.
@@ -231,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=None,
                         help="comma-separated step keys, in order (default: all, as listed "
                              "in steps())")
+    parser.add_argument("--probes", default=",".join(DEFAULT_PROBES),
+                        help="comma-separated probes (default: those that are no torch "
+                             "copy_, whose graphs may themselves change the state)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
@@ -240,37 +266,42 @@ def main(argv: list[str] | None = None) -> int:
     backend = backend_for(device)
     inner_reps = 1 if args.quick else 32
     samples, warmup = (2, 1) if args.quick else (args.samples, args.warmup)
-    launches = probes(device, args.quick)
-    for launch in launches.values():
-        launch()
-    arms = {name: backend.prepare([launch], inner_reps, name)
-            for name, launch in launches.items()}
+    known = steps(backend, device, args.quick, inner_reps)
+
+    def pick(option: str | None, names: list[str], what: str) -> list[str]:
+        chosen = option.split(",") if option else names
+        unknown = [k for k in chosen if k not in names]
+        if unknown:
+            parser.error(f"unknown {what} {', '.join(unknown)}; known: {', '.join(names)}")
+        return chosen
+
+    plan = [known[k] for k in pick(args.steps, list(known), "step(s)")]
+    chosen = pick(args.probes, list(PROBES), "probe(s)")
+
+    def prepared() -> dict:
+        """The chosen probes on buffers and graphs of their own, each launched once."""
+        launches = probes(device, args.quick, chosen)
+        for launch in launches.values():
+            launch()
+        return {name: backend.prepare([launch], inner_reps, name)
+                for name, launch in launches.items()}
+
+    arms = prepared()
     monitor = getattr(backend, "monitor", None)
     rows = []
-    known = steps(backend, device, args.quick, inner_reps)
-    keys = args.steps.split(",") if args.steps else list(known)
-    unknown = [k for k in keys if k not in known]
-    if unknown:
-        parser.error(f"unknown step(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    plan = [known[k] for k in keys]
     for n, (name, action) in enumerate(plan, 1):
         action()
         row = {"step": name, "us": time_probes(backend, arms, warmup, samples),
                "telemetry": monitor.read(0) if monitor else None}
         if n == len(plan):
-            fresh = probes(device, args.quick)
-            for launch in fresh.values():
-                launch()
-            row["us_new_graphs"] = time_probes(
-                backend, {n: backend.prepare([f], inner_reps, n) for n, f in fresh.items()},
-                warmup, samples)
+            row["us_new_graphs"] = time_probes(backend, prepared(), warmup, samples)
         rows.append(row)
-        print(f"{name:70s} " + "  ".join(f"{n} {us:7.3f}" for n, us in row["us"].items()),
+        print(f"{name:70s} " + "  ".join(f"{k} {us:7.3f}" for k, us in row["us"].items()),
               flush=True)
         if args.out:
             args.out.write_text(json.dumps({"device": str(device), "rows": rows}, indent=1))
-    print("new graphs and buffers  " + "  ".join(f"{n} {us:7.3f}"
-                                                 for n, us in rows[-1]["us_new_graphs"].items()))
+    print("new graphs and buffers  " + "  ".join(f"{k} {us:7.3f}"
+                                                 for k, us in rows[-1]["us_new_graphs"].items()))
     return 0
 
 

@@ -396,8 +396,8 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
     out = tmp_path / "probe.json"
     assert probe.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    names = ["fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position", "copy_",
-             "fused-8192", "rows-copy-8192", "copy_-8192"]
+    names = ["fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position",
+             "fused-8192", "rows-copy-8192"]  # no torch copy_ graph unless asked for
     assert [row["step"] for row in rows][:2] == ["start", "again"]
     assert len(rows) == 13
     for row in rows:
@@ -406,10 +406,12 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
 
 
 @interpreter_only
-def test_process_state_probe_runs_the_steps_asked_for_in_their_order(tmp_path):
+def test_process_state_probe_runs_the_steps_and_probes_asked_for_in_their_order(tmp_path):
     out = tmp_path / "probe.json"
-    argv = ["--device", "cpu", "--quick", "--steps", "cell,start", "--out", str(out)]
+    argv = ["--device", "cpu", "--quick", "--steps", "cell,start", "--probes", "copy_,fused",
+            "--out", str(out)]
     assert script("probe_process_state").main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [row["step"] for row in rows] == ["a harness cell (qwen3-decode T = 8), cache "
                                              "emptied", "start"]
+    assert all(list(row["us"]) == ["copy_", "fused"] for row in rows)
