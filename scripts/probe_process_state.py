@@ -1,29 +1,45 @@
-"""Which of a process's own doings makes its small launches slower than its first.
+"""What sets the state that makes our non-PDL launches slower, and what clears it.
 
-    python scripts/probe_process_state.py [--out FILE.json] [--samples 60]
+    python scripts/probe_process_state.py [--out FILE.json] [--steps KEY,...] [--probes NAME,...]
     python scripts/probe_process_state.py --device cpu --quick   (exercises the code)
 
-In the archives made on the H200, the first cell a process measured read faster than the
-same cell measured later (``scripts/first_cell.py``): at T = 1 the fused kernel 7-14 % and
-the split route 5-17 %, while ``fused-pdl`` moved by 2 % or less, and eager and compiled
-(torch's and inductor's kernels) by about 1 %. This probe keeps one set of graphs of 32
-launches alive for the whole process and times them all, interleaved, after each step
-(``steps``; ``--steps`` picks and orders them): nothing, idle, the allocator's cache
-emptied, a large allocation freed, new kernel variants compiled and loaded, graphs of
-other cells captured and destroyed, a cell's verification, a cell's same-bytes ``copy_``
-graph, one whole cell as the harness runs it, a large copy, idle again; and last the same
-probes on buffers and graphs made anew. The probes (``probes``) set the op's launch path
-beside Triton's own and torch's: the fused op at (32,8) x 128, T = 1, through the op's
-launcher (``fused``), with PDL, and through Triton's JIT dispatch (``fused-jit``); the
-split route; two one-program Triton kernels launched by Triton (empty, and the table row a
-position names: ``limits.row_floor``); past the L2, the fused op at T = 8192 and the rows
-copied by one Triton launch (``limits.rows_copy_launch``, 1024 elements a program); and,
-only when ``--probes`` names them (a cell's same-bytes copy graph may itself be what changes
-the state), a ``copy_`` of T = 1's rows and of T = 8192's. The step after which a probe
-slows down names the cause; the probes that slow name what it touches.
+Two readings of the archives (``scripts/run_context.py``, ``docs/kernel-notes.md``):
+
+* The first cell a process measures reads faster than the same cell measured later: at
+  T = 1 the fused kernel by 7-14 %, the split route by 5-17 %. Fused-pdl, eager and
+  compiled move by 2 % or less.
+* Within one cell and pass, the split arms read 11-12 % faster at T <= 64 (9 % at
+  T = 128-2048) in the comparison with ``fused-pdl`` than in the one with ``fused``. In
+  the comparisons with eager or compiled they read like later cells.
+
+So the speed of a non-PDL launch of ours seems to hang on a sticky state of the card,
+set by what ran before it. This probe keeps one set of 32-launch graphs of our non-PDL
+kernels alive for the whole process (``probes``):
+- the fused op at (32,8) x 128, T = 1, through the op's launcher and through Triton's JIT
+  dispatch;
+- the split route;
+- two one-program Triton kernels (empty; the table row a position names), the second
+  twice, once with the preferred shared-memory carveout at 0 (all L1);
+- past the L2, the fused op at T = 8192 and the rows copied by one Triton launch.
+
+Interleaved among themselves, it times them after each step (``steps``; ``--steps`` picks
+and orders them, and may repeat one):
+- nothing, idle;
+- graphs of other kernels replayed: fused with PDL, a bf16 GEMM, a torch elementwise op, a
+  cell's same-bytes ``copy_``;
+- the allocator's cache emptied, 8 GiB allocated and freed;
+- new kernel variants compiled; other cells' graphs captured and destroyed;
+- a cell's verification; one whole cell as a pass runs it; a 256 MiB copy;
+- and the carveout at 0 set on every compiled kernel of ours, the graphs captured anew.
+
+A step after which the probes slow down sets the state; one after which they speed up
+clears it. A probe that does not move, while the others do, says what the state touches.
+The states a step leaves are not undone, so a second process with another order
+(``--steps``) separates steps that the first order confounds.
 """
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -37,6 +53,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# cuFuncSetAttribute's CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (cuda.h): the
+# percentage of the SM's unified memory preferred as shared memory (0: all L1).
+PREFERRED_CARVEOUT = 9
+
+
+def prefer_l1(compiled) -> None:
+    """Ask the driver to run ``compiled`` (a Triton CompiledKernel) with all L1, no shared
+    memory carved out, whatever ran before it (a no-op without a compiled CUDA kernel)."""
+    if not hasattr(compiled, "function"):
+        return
+    rc = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
+        ctypes.c_void_p(compiled.function), ctypes.c_int(PREFERRED_CARVEOUT), ctypes.c_int(0))
+    if rc != 0:
+        raise RuntimeError(f"cuFuncSetAttribute(carveout 0) failed: CUresult {rc}")
+
 
 def geometry(quick: bool):
     from qkbench.case import Geometry
@@ -44,15 +75,19 @@ def geometry(quick: bool):
     return Geometry("tiny", 2, 1, 64) if quick else Geometry("qwen3-32x8", 32, 8, 128)
 
 
+def inputs_at(device: torch.device, quick: bool, tokens: int, seed: int):
+    from qkbench.case import Case, make_inputs
+
+    return make_inputs(Case(geometry(quick), tokens), seed, device)
+
+
 def fused_launch(device: torch.device, quick: bool, tokens: int, seed: int, **options):
     """A zero-argument launch of the fused op at ``tokens`` on buffers of its own."""
     from bench_kernels import launcher
 
-    from qkbench.case import Case, make_inputs
     from qkbench.kernels import qk_norm_rope
 
-    return launcher(qk_norm_rope, make_inputs(Case(geometry(quick), tokens), seed, device),
-                    True, **options)
+    return launcher(qk_norm_rope, inputs_at(device, quick, tokens, seed), True, **options)
 
 
 def triton_dispatch(launch: Callable[[], None]) -> Callable[[], None]:
@@ -69,11 +104,8 @@ def triton_dispatch(launch: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-PROBES = ("fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position", "copy_",
-          "fused-8192", "rows-copy-8192", "copy_-8192")
-# The probes run unless ``--probes`` names others: not the torch ``copy_`` graphs, which a
-# cell's ``_copy_reference`` replays too and which may change the state themselves.
-DEFAULT_PROBES = tuple(p for p in PROBES if not p.startswith("copy_"))
+PROBES = ("fused", "fused-jit", "split", "empty", "row-at-position", "row-at-position-l1",
+          "fused-8192", "rows-copy-8192")
 
 
 def probes(device: torch.device, quick: bool, names: Sequence[str]
@@ -81,47 +113,59 @@ def probes(device: torch.device, quick: bool, names: Sequence[str]
     """The launches of ``names`` (of ``PROBES``), each on buffers of its own."""
     from bench_kernels import launcher
 
-    from qkbench.case import Case, make_inputs
     from qkbench.kernels import qk_norm_rope_split
     from qkbench.limits import _empty_kernel, _row_kernel, rows_copy_launch
 
-    def row_at_position() -> Callable[[], None]:
+    def row_at_position(carveout_0: bool) -> Callable[[], None]:
         rows = 4096
         pos = torch.tensor([rows - 1], dtype=torch.int64, device=device)
         table = torch.rand(rows, 128, dtype=torch.float32, device=device)
         out = torch.empty(128, dtype=torch.float32, device=device)
-        return lambda: _row_kernel[(1,)](pos, table, out, True, 128, num_warps=1)
+        # num_stages (meaningless for a loop-free kernel) makes the carveout-0 twin a
+        # compiled kernel, and so a CUfunction, of its own.
+        stages = 1 if carveout_0 else 3
+
+        def launch():
+            return _row_kernel[(1,)](pos, table, out, True, 128, num_warps=1,
+                                     num_stages=stages)
+
+        if carveout_0:
+            prefer_l1(launch())
+        return launch
 
     def empty() -> Callable[[], None]:
         x = torch.empty(1, device=device)
         return lambda: _empty_kernel[(1,)](x)
 
-    def copy_(tokens: int) -> Callable[[], None]:
-        inputs = make_inputs(Case(geometry(quick), tokens), 5, device)
-        out = [torch.empty_like(x) for x in (inputs.q, inputs.k)]
-        return lambda: (out[0].copy_(inputs.q), out[1].copy_(inputs.k))
-
     def rows_copy(tokens: int) -> Callable[[], None]:
-        inputs = make_inputs(Case(geometry(quick), tokens), 5, device)
-        return rows_copy_launch(inputs.q, inputs.k, *(torch.empty_like(x)
-                                                     for x in (inputs.q, inputs.k)), 1024)
+        x = inputs_at(device, quick, tokens, 5)
+        return rows_copy_launch(x.q, x.k, torch.empty_like(x.q), torch.empty_like(x.k), 1024)
 
     large = 3 if quick else 8192
     makers = {
         "fused": lambda: fused_launch(device, quick, 1, 0),
-        "fused-pdl": lambda: fused_launch(device, quick, 1, 0, pdl=True),
         "fused-jit": lambda: triton_dispatch(fused_launch(device, quick, 1, 0)),
-        "split": lambda: launcher(qk_norm_rope_split,
-                                  make_inputs(Case(geometry(quick), 1), 0, device), True),
+        "split": lambda: launcher(qk_norm_rope_split, inputs_at(device, quick, 1, 0), True),
         "empty": empty,
-        "row-at-position": row_at_position,
-        "copy_": lambda: copy_(1),
+        "row-at-position": lambda: row_at_position(False),
+        "row-at-position-l1": lambda: row_at_position(True),
         # Past the L2: does the state touch a bandwidth-bound launch of ours too?
         "fused-8192": lambda: fused_launch(device, quick, large, 5),
         "rows-copy-8192": lambda: rows_copy(large),
-        "copy_-8192": lambda: copy_(large),
     }
     return {name: makers[name]() for name in names}
+
+
+def replayed(backend, launch: Callable[[], None], inner_reps: int, label: str,
+             replays: int = 20) -> float:
+    """Capture ``launch`` in a graph, replay it ``replays`` times, destroy it: the median
+    per-call us of those replays."""
+    launch()
+    arm = backend.prepare([launch], inner_reps, label)
+    seconds = backend.run([arm], [0] * replays, [replays - 1]).seconds
+    del arm
+    gc.collect()
+    return statistics.median(seconds) * 1e6
 
 
 # Token counts of the other cells a step runs: each compiles a kernel variant of its own.
@@ -129,21 +173,25 @@ def other_tokens(quick: bool) -> tuple[int, ...]:
     return (2, 3) if quick else (8, 64, 2048)
 
 
-def other_cells(device: torch.device, quick: bool) -> None:
-    """Compile and run the fused op at other token counts (new kernel variants loaded)."""
-    for tokens in other_tokens(quick):
-        fused_launch(device, quick, tokens, 1)()
+def gemm(device: torch.device, quick: bool) -> Callable[[], None]:
+    """A bf16 GEMM, as a model's projections run before the op (cuBLAS; large shared
+    memory on Hopper)."""
+    n = 64 if quick else 4096
+    a, b = (torch.randn(n, n, device=device).to(torch.bfloat16) for _ in range(2))
+    out = torch.empty_like(a)
+    return lambda: torch.mm(a, b, out=out)
 
 
-def graphs_of_other_cells(backend, device: torch.device, quick: bool, inner_reps: int) -> None:
-    """Capture, replay and destroy graphs of other cells, as a sweep's cells do."""
-    for tokens in other_tokens(quick):
-        launch = fused_launch(device, quick, tokens, 2)
-        launch()
-        arm = backend.prepare([launch], inner_reps, f"T{tokens}")
-        backend.run([arm], [0] * 10, [9])
-        del arm
-    gc.collect()
+def torch_elementwise(device: torch.device) -> Callable[[], None]:
+    x = torch.randn(4096, device=device)
+    return lambda: x.mul_(1.0)
+
+
+def same_bytes_copy(device: torch.device, quick: bool) -> Callable[[], None]:
+    """A cell's same-bytes ``copy_`` of q and k (``worker._copy_reference``)."""
+    x = inputs_at(device, quick, 8, 4)
+    q, k = torch.empty_like(x.q), torch.empty_like(x.k)
+    return lambda: (q.copy_(x.q), k.copy_(x.k))
 
 
 def large_allocation(device: torch.device, quick: bool) -> None:
@@ -175,24 +223,6 @@ def verification(device: torch.device, quick: bool) -> None:
            case.geometry.inplace)
 
 
-def copy_graph(backend, device: torch.device, quick: bool, inner_reps: int) -> None:
-    """A cell's same-bytes ``copy_`` of q and k, captured, replayed and destroyed."""
-    from qkbench.case import make_inputs
-
-    inputs = make_inputs(harness_case(quick)[1], 4, device)
-    q, k = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
-
-    def launch() -> None:
-        q.copy_(inputs.q)
-        k.copy_(inputs.k)
-
-    launch()
-    arm = backend.prepare([launch], inner_reps, "copy")
-    backend.run([arm], [0] * 10, [9])
-    del arm
-    gc.collect()
-
-
 def harness_cell(backend, quick: bool) -> None:
     """One cell as a sweep's pass runs it (``worker.run_case``: inputs, verification,
     placement, each comparison's three arms, the same-bytes copy), then the cache emptied."""
@@ -204,34 +234,77 @@ def harness_cell(backend, quick: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def steps(backend, device: torch.device, quick: bool, inner_reps: int
-          ) -> dict[str, tuple[str, Callable[[], None]]]:
-    """key -> (what the process does before the probes are timed again, the doing)."""
+# A step: what it does, the doing (which may return the per-call us of a graph it replayed),
+# and whether the probes' graphs are captured anew after it.
+Step = tuple[str, Callable[[], float | None], bool]
+
+
+def steps(backend, device: torch.device, quick: bool, inner_reps: int,
+          ours: list) -> dict[str, Step]:
+    """key -> the step; ``ours``: the op's kernel launches behind the probes (their
+    compiled kernels take the carveout at ``prefer-l1``)."""
     from qkbench.limits import copy_bandwidth
 
     empty_cache = torch.cuda.empty_cache if device.type == "cuda" else (lambda: None)
+
+    def graph_of(make: Callable[[], Callable[[], None]], label: str):
+        return lambda: replayed(backend, make(), inner_reps, label)
+
+    def allocate() -> None:
+        large_allocation(device, quick)
+        empty_cache()
+
+    def new_kernels() -> None:
+        for tokens in other_tokens(quick):
+            fused_launch(device, quick, tokens, 1)()
+
+    def other_graphs() -> None:
+        for tokens in other_tokens(quick):
+            replayed(backend, fused_launch(device, quick, tokens, 2), inner_reps, f"T{tokens}")
+        empty_cache()
+
+    def copy() -> None:
+        copy_bandwidth(backend)
+
+    def carveout() -> None:
+        for kernel_launch in ours:
+            for compiled in kernel_launch.compiled.values():
+                prefer_l1(compiled)
+
     return {
-        "start": ("start", lambda: None),
-        "again": ("again", lambda: None),
-        "idle3": ("idle 3 s", sleep(3, quick)),
-        "empty-cache": ("empty_cache", empty_cache),
-        "alloc": ("8 GiB allocated, freed, cache emptied",
-                  lambda: (large_allocation(device, quick), empty_cache())),
-        "kernels": ("new kernel variants (T = 8, 64, 2048) compiled and run",
-                    lambda: other_cells(device, quick)),
+        "start": ("start", lambda: None, False),
+        "again": ("again", lambda: None, False),
+        "idle3": ("idle 3 s", sleep(3, quick), False),
+        "pdl": ("a graph of fused-pdl at T = 1 replayed 20 times",
+                graph_of(lambda: fused_launch(device, quick, 1, 6, pdl=True), "pdl"), False),
+        "gemm": ("a graph of a bf16 4096^3 GEMM replayed 20 times",
+                 graph_of(lambda: gemm(device, quick), "gemm"), False),
+        "torch-op": ("a graph of a torch elementwise op replayed 20 times",
+                     graph_of(lambda: torch_elementwise(device), "torch-op"), False),
+        "copy-graph": ("a cell's same-bytes copy_ graph replayed 20 times",
+                       graph_of(lambda: same_bytes_copy(device, quick), "copy"), False),
+        "empty-cache": ("empty_cache", empty_cache, False),
+        "alloc": ("8 GiB allocated, freed, cache emptied", allocate, False),
+        "kernels": ("new kernel variants (T = 8, 64, 2048) compiled and run", new_kernels,
+                    False),
         "graphs": ("graphs of other cells captured, replayed, destroyed; cache emptied",
-                   lambda: (graphs_of_other_cells(backend, device, quick, inner_reps),
-                            empty_cache())),
+                   other_graphs, False),
         "verify": ("a cell's verification (oracle, each route once)",
-                   lambda: verification(device, quick)),
-        "copy-graph": ("a cell's same-bytes copy_ graph captured, replayed, destroyed",
-                       lambda: copy_graph(backend, device, quick, inner_reps)),
+                   lambda: verification(device, quick), False),
         "cell": ("a harness cell (qwen3-decode T = 8), cache emptied",
-                 lambda: harness_cell(backend, quick)),
-        "copy": ("a 256 MiB copy_, 20 samples", lambda: copy_bandwidth(backend)),
-        "idle10": ("idle 10 s", sleep(10, quick)),
-        "idle30": ("idle 30 s", sleep(30, quick)),
+                 lambda: harness_cell(backend, quick), False),
+        "copy": ("a 256 MiB copy_, 20 samples", copy, False),
+        "prefer-l1": ("carveout 0 on the op's kernels; the probes' graphs captured anew",
+                      carveout, True),
+        "idle10": ("idle 10 s", sleep(10, quick), False),
     }
+
+
+# The default order: the cheap setters first, each checked for a reset by PDL after it;
+# then what a pass does between cells; then the carveout.
+DEFAULT_STEPS = ("start", "again", "idle3", "pdl", "torch-op", "pdl", "gemm", "again", "pdl",
+                 "copy-graph", "again", "pdl", "empty-cache", "alloc", "kernels", "graphs",
+                 "verify", "cell", "copy", "idle10", "gemm", "prefer-l1", "gemm", "again")
 
 
 def time_probes(backend, arms: dict, warmup: int, samples: int) -> dict[str, float]:
@@ -251,57 +324,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--steps", default=None,
-                        help="comma-separated step keys, in order (default: all, as listed "
-                             "in steps())")
-    parser.add_argument("--probes", default=",".join(DEFAULT_PROBES),
-                        help="comma-separated probes (default: those that are no torch "
-                             "copy_, whose graphs may themselves change the state)")
+    parser.add_argument("--steps", default=",".join(DEFAULT_STEPS),
+                        help="comma-separated step keys, in order, repeats allowed")
+    parser.add_argument("--probes", default=",".join(PROBES),
+                        help="comma-separated probes (default: all)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from qkbench.backends import backend_for
+    from qkbench.kernels import launch as launch_path
 
     backend = backend_for(device)
     inner_reps = 1 if args.quick else 32
     samples, warmup = (2, 1) if args.quick else (args.samples, args.warmup)
-    known = steps(backend, device, args.quick, inner_reps)
+    ours: list = []  # the op's kernel launches behind the probes
+    known = steps(backend, device, args.quick, inner_reps, ours)
 
-    def pick(option: str | None, names: list[str], what: str) -> list[str]:
-        chosen = option.split(",") if option else names
+    def pick(option: str, names: Sequence[str], what: str) -> list[str]:
+        chosen = option.split(",")
         unknown = [k for k in chosen if k not in names]
         if unknown:
             parser.error(f"unknown {what} {', '.join(unknown)}; known: {', '.join(names)}")
         return chosen
 
-    plan = [known[k] for k in pick(args.steps, list(known), "step(s)")]
-    chosen = pick(args.probes, list(PROBES), "probe(s)")
+    plan = pick(args.steps, list(known), "step(s)")
+    chosen = pick(args.probes, PROBES, "probe(s)")
 
     def prepared() -> dict:
         """The chosen probes on buffers and graphs of their own, each launched once."""
         launches = probes(device, args.quick, chosen)
-        for launch in launches.values():
-            launch()
+        with launch_path.recording() as recorded:
+            for launch in launches.values():
+                launch()
+        ours[:] = [kernel_launch for kernel_launch, _ in recorded]
         return {name: backend.prepare([launch], inner_reps, name)
                 for name, launch in launches.items()}
 
     arms = prepared()
     monitor = getattr(backend, "monitor", None)
     rows = []
-    for n, (name, action) in enumerate(plan, 1):
-        action()
-        row = {"step": name, "us": time_probes(backend, arms, warmup, samples),
+    for key in plan:
+        name, action, remake = known[key]
+        step_us = action()
+        if remake:
+            arms = prepared()
+        # The decode probes first, interleaved among themselves, then the large ones: a
+        # state a large launch sets reaches the decode probes only after the next step.
+        us = {}
+        for group in (False, True):
+            group_arms = {n: a for n, a in arms.items() if n.endswith("-8192") == group}
+            if group_arms:
+                us.update(time_probes(backend, group_arms, warmup, samples))
+        row = {"step": key, "what": name, "step_us": step_us, "us": us,
                "telemetry": monitor.read(0) if monitor else None}
-        if n == len(plan):
-            row["us_new_graphs"] = time_probes(backend, prepared(), warmup, samples)
         rows.append(row)
-        print(f"{name:70s} " + "  ".join(f"{k} {us:7.3f}" for k, us in row["us"].items()),
-              flush=True)
+        print(f"{key:12s} " + ("" if step_us is None else f"[{step_us:8.3f}] ")
+              + "  ".join(f"{k} {us:7.3f}" for k, us in row["us"].items()), flush=True)
         if args.out:
             args.out.write_text(json.dumps({"device": str(device), "rows": rows}, indent=1))
-    print("new graphs and buffers  " + "  ".join(f"{k} {us:7.3f}"
-                                                 for k, us in rows[-1]["us_new_graphs"].items()))
     return 0
 
 

@@ -364,30 +364,57 @@ def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path
 
 
 def _pass(pid: int, cells: dict[str, dict[str, float]]) -> dict:
-    """A pass record as ``first_cell`` reads it: per cell in order, each route's us."""
+    """A pass record as ``run_context`` reads it: per cell in order, each route's us."""
     return {"pid": pid, "cases": [
         {"key": key, "comparisons": [{"status": "ok", "arms": [
             {"route": route, "samples": [us * 1e-6] * 3} for route, us in routes.items()]}]}
         for key, routes in cells.items()]}
 
 
-def test_first_cell_sets_a_process_first_cell_beside_the_same_cell_measured_later():
+def _cell(tokens: int, baseline_us: dict[str, float]) -> dict:
+    """A case record whose baseline arms read ``baseline_us[candidate]`` beside each
+    candidate (the candidate's own arm at half that)."""
+    return {"key": f"g/T{tokens}", "case": {"tokens": tokens}, "comparisons": [
+        {"status": "ok", "candidate": cand, "arms": [
+            {"label": label, "samples": [us * (0.5 if label == "B" else 1) * 1e-6] * 3}
+            for label in ("A", "B", "A'")]}
+        for cand, us in baseline_us.items()]}
+
+
+def test_run_context_sets_a_process_first_cell_beside_the_same_cell_measured_later():
     """Planted: the first cell of each fresh process reads 1.0 us, the same cell 1.2 us
     whenever a process measures it after another; the report shows exactly that."""
     fast, slow = {"fused": 1.0, "split": 3.0}, {"fused": 1.2, "split": 3.3}
     archive = {"passes": [_pass(1, {"g/T1": fast, "g/T8": slow}),
                           _pass(1, {"g/T1": slow, "g/T8": slow}),
                           _pass(2, {"g/T1": fast, "g/T8": slow})]}
-    (row,) = script("first_cell").first_cell_rows(archive)
+    (row,) = script("run_context").first_cell_rows(archive)
     assert (row["cell"], row["first"], row["later"]) == ("g/T1", 2, 1)
     assert row["routes"] == {"fused": pytest.approx((1.0, 1.2)),
                              "split": pytest.approx((3.0, 3.3))}
 
 
-def test_first_cell_finds_no_pair_where_every_pass_is_a_fresh_process_in_the_same_order():
+def test_run_context_finds_no_first_cell_pair_where_every_pass_starts_a_process_alike():
     cells = {"g/T1": {"fused": 1.0}, "g/T8": {"fused": 1.5}}
     archive = {"passes": [_pass(pid, cells) for pid in (1, 2, 3)]}
-    assert script("first_cell").first_cell_rows(archive) == []
+    assert script("run_context").first_cell_rows(archive) == []
+
+
+def test_run_context_reports_how_the_baseline_reads_beside_each_candidate():
+    """Planted: beside fused-pdl the split arms read 10 % faster at T = 1 and 5 % at T = 128
+    than beside fused; beside eager they read the same."""
+    archive = {"protocol": {"resolved": {"routes": ["split", "fused", "fused-pdl", "eager"]}},
+               "passes": [{"cases": [
+                   _cell(1, {"fused": 4.0, "fused-pdl": 3.6, "eager": 4.0}),
+                   _cell(128, {"fused": 6.0, "fused-pdl": 5.7, "eager": 6.0})]}] * 2}
+    rows = {(r["candidate"], r["small"]): r
+            for r in script("run_context").baseline_by_comparison(archive)}
+    assert set(rows) == {("fused-pdl", True), ("fused-pdl", False), ("eager", True),
+                         ("eager", False)}
+    assert rows["fused-pdl", True]["median"] == pytest.approx(-0.10)
+    assert rows["fused-pdl", False]["median"] == pytest.approx(-0.05)
+    assert rows["eager", True]["median"] == pytest.approx(0.0)
+    assert rows["fused-pdl", True]["pairs"] == 2
 
 
 @interpreter_only
@@ -396,22 +423,29 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
     out = tmp_path / "probe.json"
     assert probe.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    names = ["fused", "fused-pdl", "fused-jit", "split", "empty", "row-at-position",
-             "fused-8192", "rows-copy-8192"]  # no torch copy_ graph unless asked for
-    assert [row["step"] for row in rows][:2] == ["start", "again"]
-    assert len(rows) == 13
+    assert [row["step"] for row in rows] == list(probe.DEFAULT_STEPS)
     for row in rows:
-        assert list(row["us"]) == names and all(us > 0 for us in row["us"].values())
-    assert list(rows[-1]["us_new_graphs"]) == names
+        assert list(row["us"]) == list(probe.PROBES)
+        assert all(us > 0 for us in row["us"].values())
+    # The steps that replay a graph of their own report its per-call time.
+    graphs = {"pdl", "gemm", "torch-op", "copy-graph"}
+    assert all((row["step_us"] is not None) == (row["step"] in graphs) for row in rows)
 
 
 @interpreter_only
 def test_process_state_probe_runs_the_steps_and_probes_asked_for_in_their_order(tmp_path):
     out = tmp_path / "probe.json"
-    argv = ["--device", "cpu", "--quick", "--steps", "cell,start", "--probes", "copy_,fused",
-            "--out", str(out)]
+    argv = ["--device", "cpu", "--quick", "--steps", "cell,start,cell", "--probes",
+            "split,fused", "--out", str(out)]
     assert script("probe_process_state").main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [row["step"] for row in rows] == ["a harness cell (qwen3-decode T = 8), cache "
-                                             "emptied", "start"]
-    assert all(list(row["us"]) == ["copy_", "fused"] for row in rows)
+    assert [row["step"] for row in rows] == ["cell", "start", "cell"]
+    assert all(list(row["us"]) == ["split", "fused"] for row in rows)
+
+
+@interpreter_only
+def test_process_state_probe_refuses_an_unknown_step_naming_the_known_ones(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        script("probe_process_state").main(["--device", "cpu", "--quick", "--steps", "nap"])
+    assert exit_info.value.code == 2
+    assert "unknown step(s) nap; known: start, again" in capsys.readouterr().err

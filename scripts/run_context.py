@@ -1,0 +1,138 @@
+"""How a cell's times depend on what the process ran before it, read from run archives.
+
+    python scripts/run_context.py [ARCHIVE ...]   (default: every run archive under results/)
+
+Two tables, from the raw samples alone:
+
+* **First cell of a process.** Every pass records the process that ran it (``pid``) and
+  its cells in the order measured. A cell measured first by its process (the first cell of
+  the first pass a pid ran) is set beside the same cell measured later by any process, per
+  route: the median over passes of each route's arm medians. Archives whose every pass
+  starts a process measure their first cell first every time, so they show no such pair.
+* **The baseline by comparison.** A protocol with several candidates times the baseline in
+  each comparison, beside a different candidate: identical code, the same cell and pass.
+  Per candidate, the baseline arms' median there against the first candidate's comparison
+  (the change, median and range over the (pass, cell) pairs), split at T = 64.
+"""
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from qkbench.archive import read
+from qkbench.errors import ArchiveError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def arm_times(case: dict) -> dict[str, float]:
+    """Median per-call us of each route in a case record, over its arms (A and A' pooled),
+    and of the case's same-bytes copy (``copy_``)."""
+    times: dict[str, list[float]] = {}
+    for comparison in case.get("comparisons", []):
+        if comparison.get("status") != "ok":
+            continue
+        for arm in comparison["arms"]:
+            times.setdefault(arm["route"], []).append(statistics.median(arm["samples"]) * 1e6)
+    if case.get("copy", {}).get("samples"):
+        # The case's same-bytes ``copy_`` of q and k (torch's kernel, not Triton's).
+        times["copy_"] = [statistics.median(case["copy"]["samples"]) * 1e6]
+    return {route: statistics.median(v) for route, v in times.items()}
+
+
+def first_cell_rows(archive: dict) -> list[dict]:
+    """Per cell measured first by some process and later by others: route times both ways."""
+    seen_pids: set[int] = set()
+    first: dict[str, list[dict]] = {}
+    later: dict[str, list[dict]] = {}
+    for record in archive.get("passes", []):
+        fresh = record.get("pid") not in seen_pids
+        seen_pids.add(record.get("pid"))
+        for position, case in enumerate(record.get("cases", [])):
+            times = arm_times(case)
+            if times:
+                (first if fresh and position == 0 else later).setdefault(
+                    case["key"], []).append(times)
+    rows = []
+    for key in first.keys() & later.keys():
+        routes = sorted(set.intersection(*(set(t) for t in first[key] + later[key])))
+        rows.append({"cell": key, "first": len(first[key]), "later": len(later[key]),
+                     "routes": {r: (statistics.median(t[r] for t in first[key]),
+                                    statistics.median(t[r] for t in later[key]))
+                                for r in routes}})
+    return rows
+
+
+def baseline_by_comparison(archive: dict, split_tokens: int = 64) -> list[dict]:
+    """Per (candidate, T <= or > ``split_tokens``) other than the first candidate: how the
+    baseline arms read in that candidate's comparison against the first candidate's, as
+    ratios minus one over every (pass, cell) where both were kept ok."""
+    candidates = archive["protocol"]["resolved"]["routes"][1:]
+    changes: dict[tuple[str, bool], list[float]] = {}
+    for record in archive.get("passes", []):
+        for case in record.get("cases", []):
+            baseline = {}
+            for comparison in case.get("comparisons", []):
+                if comparison.get("status") == "ok":
+                    baseline[comparison["candidate"]] = statistics.median(
+                        statistics.median(arm["samples"]) for arm in comparison["arms"]
+                        if arm["label"] in ("A", "A'"))
+            if candidates[0] not in baseline:
+                continue
+            small = case["case"]["tokens"] <= split_tokens
+            for candidate in candidates[1:]:
+                if candidate in baseline:
+                    changes.setdefault((candidate, small), []).append(
+                        baseline[candidate] / baseline[candidates[0]] - 1)
+    return [{"candidate": c, "small": small, "pairs": len(v), "median": statistics.median(v),
+             "lowest": min(v), "highest": max(v)}
+            for (c, small), v in sorted(changes.items())]
+
+
+def archives(paths: list[Path]) -> list[tuple[Path, dict]]:
+    """The run archives at ``paths``, or every one under results/ (other JSON skipped)."""
+    if paths:
+        return [(p, read(p)) for p in paths]
+    found = []
+    for path in sorted(p for p in (ROOT / "results").rglob("*.json*")
+                       if p.name.endswith((".json", ".json.gz"))):
+        try:
+            found.append((path, read(path)))
+        except ArchiveError:
+            continue  # results/ also holds benches' JSON, which are not run archives
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("archives", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    found = archives(args.archives)
+
+    def name(path: Path) -> Path:
+        return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+    print("First cell of a process\n")
+    print("| archive | isolation | cell | passes first / later | route: us first -> later "
+          "(change) |")
+    print("|---|---|---|---|---|")
+    for path, archive in found:
+        for row in first_cell_rows(archive):
+            routes = ", ".join(f"{r}: {a:.3f} -> {b:.3f} ({b / a - 1:+.1%})"
+                               for r, (a, b) in row["routes"].items())
+            print(f"| {name(path)} | {archive['settings']['isolation']} | {row['cell']} | "
+                  f"{row['first']} / {row['later']} | {routes} |")
+    print("\nThe baseline by comparison (against the first candidate's comparison)\n")
+    print("| archive | candidate | T | pairs | baseline arms: median change (range) |")
+    print("|---|---|---|---|---|")
+    for path, archive in found:
+        for row in baseline_by_comparison(archive):
+            print(f"| {name(path)} | {row['candidate']} | {'<= 64' if row['small'] else '> 64'}"
+                  f" | {row['pairs']} | {row['median']:+.1%} ({row['lowest']:+.1%} to "
+                  f"{row['highest']:+.1%}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
