@@ -8,6 +8,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from qkbench.audit import code_lines
+from qkbench.neighbours import SMALL_TOKENS, baseline_beside
 from qkbench.summary import current
 
 CPU_NOTE = ("Measured on the CPU: the Triton routes ran in the interpreter, so these figures "
@@ -176,6 +177,28 @@ def comparison_lines(archive: dict) -> list[str]:
             f"(first-sampled arm vs the later ones) {_pct(slot['estimate'])}{warn}; "
             f"{comp['flagged_rows']} (pass, cell) pairs with telemetry flags; "
             f"recommended dispatch bound: {_bound(comp['dispatch_bound'])}")
+    return lines + neighbour_lines(archive)
+
+
+def neighbour_lines(archive: dict) -> list[str]:
+    """How the baseline reads beside each later candidate against beside the first, per
+    token band; flagged where that is larger than the later comparison's width."""
+    comparisons = (current(archive) or {}).get("comparisons", [])
+    if len(comparisons) < 2:
+        return []
+    first = comparisons[0]["candidate"]
+    width = {comp["candidate"]: comp["width"]["worst"] for comp in comparisons}
+    lines = []
+    for row in baseline_beside(archive):
+        band = f"T <= {SMALL_TOKENS}" if row["small"] else f"T > {SMALL_TOKENS}"
+        w = width.get(row["candidate"])
+        warn = (" -- larger than the width: the candidates change how fast the baseline runs "
+                "beside them, so their deltas are taken against different baselines"
+                if w is not None and abs(row["median"]) > w else "")
+        lines.append(
+            f"{comparisons[0]['baseline']} beside {row['candidate']} against beside {first}, "
+            f"{band}: {_pct(row['median'])} (median of {row['pairs']} (pass, cell) pairs, "
+            f"{_pct(row['lowest'])} to {_pct(row['highest'])}){warn}")
     return lines
 
 

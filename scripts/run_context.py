@@ -9,10 +9,11 @@ Two tables, from the raw samples alone:
   the first pass a pid ran) is set beside the same cell measured later by any process, per
   route: the median over passes of each route's arm medians. Archives whose every pass
   starts a process measure their first cell first every time, so they show no such pair.
-* **The baseline by comparison.** A protocol with several candidates times the baseline in
-  each comparison, beside a different candidate: identical code, the same cell and pass.
-  Per candidate, the baseline arms' median there against the first candidate's comparison
-  (the change, median and range over the (pass, cell) pairs), split at T = 64.
+* **The baseline by comparison** (``qkbench.neighbours``). A protocol with several
+  candidates times the baseline in each comparison, beside a different candidate:
+  identical code, the same cell and pass. Per candidate, the baseline arms there against
+  the first candidate's comparison (the change, median and range over the (pass, cell)
+  pairs), decode widths apart.
 """
 
 import argparse
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from qkbench.archive import read
 from qkbench.errors import ArchiveError
+from qkbench.neighbours import SMALL_TOKENS, baseline_beside
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,32 +66,6 @@ def first_cell_rows(archive: dict) -> list[dict]:
     return rows
 
 
-def baseline_by_comparison(archive: dict, split_tokens: int = 64) -> list[dict]:
-    """Per (candidate, T <= or > ``split_tokens``) other than the first candidate: how the
-    baseline arms read in that candidate's comparison against the first candidate's, as
-    ratios minus one over every (pass, cell) where both were kept ok."""
-    candidates = archive["protocol"]["resolved"]["routes"][1:]
-    changes: dict[tuple[str, bool], list[float]] = {}
-    for record in archive.get("passes", []):
-        for case in record.get("cases", []):
-            baseline = {}
-            for comparison in case.get("comparisons", []):
-                if comparison.get("status") == "ok":
-                    baseline[comparison["candidate"]] = statistics.median(
-                        statistics.median(arm["samples"]) for arm in comparison["arms"]
-                        if arm["label"] in ("A", "A'"))
-            if candidates[0] not in baseline:
-                continue
-            small = case["case"]["tokens"] <= split_tokens
-            for candidate in candidates[1:]:
-                if candidate in baseline:
-                    changes.setdefault((candidate, small), []).append(
-                        baseline[candidate] / baseline[candidates[0]] - 1)
-    return [{"candidate": c, "small": small, "pairs": len(v), "median": statistics.median(v),
-             "lowest": min(v), "highest": max(v)}
-            for (c, small), v in sorted(changes.items())]
-
-
 def archives(paths: list[Path]) -> list[tuple[Path, dict]]:
     """The run archives at ``paths``, or every one under results/ (other JSON skipped)."""
     if paths:
@@ -127,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     print("| archive | candidate | T | pairs | baseline arms: median change (range) |")
     print("|---|---|---|---|---|")
     for path, archive in found:
-        for row in baseline_by_comparison(archive):
-            print(f"| {name(path)} | {row['candidate']} | {'<= 64' if row['small'] else '> 64'}"
-                  f" | {row['pairs']} | {row['median']:+.1%} ({row['lowest']:+.1%} to "
-                  f"{row['highest']:+.1%}) |")
+        for row in baseline_beside(archive):
+            band = f"<= {SMALL_TOKENS}" if row["small"] else f"> {SMALL_TOKENS}"
+            print(f"| {name(path)} | {row['candidate']} | {band} | {row['pairs']} | "
+                  f"{row['median']:+.1%} ({row['lowest']:+.1%} to {row['highest']:+.1%}) |")
     return 0
 
 

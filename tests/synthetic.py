@@ -7,6 +7,8 @@ label, the work its launches declare and its place in the sequence,
                 * (1 + first_bias if the arm is sampled first and its label is biased)
                 * (1 + drift * position / len(sequence))
                 * (1 + null_bias[pass] if the label is A')
+                * (1 + baseline_effects[k mod n] if the label is A or A', in the k-th
+                   comparison of a pass)
                 * (1 + after_sync if the previous sample ended with a host synchronisation)
                 * (1 + noise * N(0, 1)),
 
@@ -71,7 +73,8 @@ class SyntheticBackend(Backend):
                  order_null_bias: dict[tuple[str, ...], float] | None = None,
                  noise: float = 1e-4, after_sync: float = 0.0,
                  card: dict[int, dict] | None = None, base: float = BASE_SECONDS,
-                 case_effects: Sequence[float] | None = None, seed: int = 0):
+                 case_effects: Sequence[float] | None = None,
+                 baseline_effects: Sequence[float] = (), seed: int = 0):
         """``effect``: B's true time is ``base * (1 + effect)``. ``first_bias``: the arm
         sampled first in a pass is that much slower, if its label is in ``first_biased``.
         ``drift``: the clock slows linearly by that share over a sequence. ``null_bias``:
@@ -83,7 +86,10 @@ class SyntheticBackend(Backend):
         throttle reason; otherwise a steady 1980 MHz. ``after_sync``: how much slower a
         sample is right after a host synchronisation. ``noise``: relative standard
         deviation of each sample. ``case_effects``: B's true effect for the k-th comparison
-        timed in each pass, in place of ``effect`` (see the module's docstring)."""
+        timed in each pass, in place of ``effect`` (see the module's docstring).
+        ``baseline_effects``: how much slower A and A' run in the k-th comparison of each
+        case, k counted modulo its length (one entry per candidate: a candidate that
+        changes how fast the baseline runs beside it)."""
         self.seconds = {"A": base, "A'": base, "B": base * (1 + effect), **REFERENCE_SECONDS}
         self.first_bias = first_bias
         self.first_biased = frozenset(first_biased)
@@ -94,6 +100,7 @@ class SyntheticBackend(Backend):
         self.noise = noise
         self.after_sync = after_sync
         self.case_effects = None if case_effects is None else list(case_effects)
+        self.baseline_effects = list(baseline_effects)
         self.seed = seed
         self.pass_index: int | None = None
         self.calls = 0
@@ -125,6 +132,10 @@ class SyntheticBackend(Backend):
             if self.case_effects is not None:
                 b = self.seconds["A"] * (1 + self.case_effects[self.comparisons])
                 seconds_of = {**self.seconds, "B": b}
+            if self.baseline_effects:
+                a = self.seconds["A"] * (1 + self.baseline_effects[
+                    self.comparisons % len(self.baseline_effects)])
+                seconds_of = {**seconds_of, "A": a, "A'": a}
             self.comparisons += 1
         seconds = []
         synced = {p + 1 for p in sync_after}

@@ -371,16 +371,6 @@ def _pass(pid: int, cells: dict[str, dict[str, float]]) -> dict:
         for key, routes in cells.items()]}
 
 
-def _cell(tokens: int, baseline_us: dict[str, float]) -> dict:
-    """A case record whose baseline arms read ``baseline_us[candidate]`` beside each
-    candidate (the candidate's own arm at half that)."""
-    return {"key": f"g/T{tokens}", "case": {"tokens": tokens}, "comparisons": [
-        {"status": "ok", "candidate": cand, "arms": [
-            {"label": label, "samples": [us * (0.5 if label == "B" else 1) * 1e-6] * 3}
-            for label in ("A", "B", "A'")]}
-        for cand, us in baseline_us.items()]}
-
-
 def test_run_context_sets_a_process_first_cell_beside_the_same_cell_measured_later():
     """Planted: the first cell of each fresh process reads 1.0 us, the same cell 1.2 us
     whenever a process measures it after another; the report shows exactly that."""
@@ -398,23 +388,6 @@ def test_run_context_finds_no_first_cell_pair_where_every_pass_starts_a_process_
     cells = {"g/T1": {"fused": 1.0}, "g/T8": {"fused": 1.5}}
     archive = {"passes": [_pass(pid, cells) for pid in (1, 2, 3)]}
     assert script("run_context").first_cell_rows(archive) == []
-
-
-def test_run_context_reports_how_the_baseline_reads_beside_each_candidate():
-    """Planted: beside fused-pdl the split arms read 10 % faster at T = 1 and 5 % at T = 128
-    than beside fused; beside eager they read the same."""
-    archive = {"protocol": {"resolved": {"routes": ["split", "fused", "fused-pdl", "eager"]}},
-               "passes": [{"cases": [
-                   _cell(1, {"fused": 4.0, "fused-pdl": 3.6, "eager": 4.0}),
-                   _cell(128, {"fused": 6.0, "fused-pdl": 5.7, "eager": 6.0})]}] * 2}
-    rows = {(r["candidate"], r["small"]): r
-            for r in script("run_context").baseline_by_comparison(archive)}
-    assert set(rows) == {("fused-pdl", True), ("fused-pdl", False), ("eager", True),
-                         ("eager", False)}
-    assert rows["fused-pdl", True]["median"] == pytest.approx(-0.10)
-    assert rows["fused-pdl", False]["median"] == pytest.approx(-0.05)
-    assert rows["eager", True]["median"] == pytest.approx(0.0)
-    assert rows["fused-pdl", True]["pairs"] == 2
 
 
 @interpreter_only
