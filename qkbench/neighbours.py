@@ -4,7 +4,7 @@ In a pass the baseline is timed once per comparison (A and A' beside that compar
 candidate B). Those are the same code on the same cell in the same process, so they should
 read alike. If they do not, a candidate changes how fast the baseline runs beside it (on the
 H200 the split route read 11-12 % faster at decode beside ``fused-pdl`` than beside
-``fused``). The null arm cannot show that, since A and A' share their neighbour. Then the
+``fused``). The null arm cannot show that, since A and A' run beside the same B. Then the
 candidates' deltas are taken against different baselines. Pure functions over a run
 archive's raw samples.
 """

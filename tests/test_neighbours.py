@@ -1,5 +1,5 @@
 """A candidate that changes how fast the baseline runs beside it: what the null arm cannot
-see (A and A' share their neighbour), set out per candidate and flagged in the report."""
+see (A and A' run beside the same B), set out per candidate and flagged in the report."""
 
 import pytest
 
