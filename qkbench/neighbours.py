@@ -16,7 +16,7 @@ from statistics import median
 SMALL_TOKENS = 64
 
 
-def _baseline_medians(case: dict) -> dict[str, float]:
+def baseline_medians(case: dict) -> dict[str, float]:
     """Candidate -> the median of its comparison's A and A' sample medians, for the
     comparisons of a case record that were timed."""
     out = {}
@@ -36,7 +36,7 @@ def baseline_beside(archive: dict) -> list[dict]:
     changes: dict[tuple[str, bool], list[float]] = {}
     for record in archive["passes"]:
         for case in record.get("cases", []):
-            beside = _baseline_medians(case)
+            beside = baseline_medians(case)
             if candidates[0] not in beside:
                 continue
             small = case["case"]["tokens"] <= SMALL_TOKENS

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from qkbench.archive import read
 from qkbench.errors import ArchiveError
-from qkbench.neighbours import SMALL_TOKENS, baseline_beside
+from qkbench.neighbours import SMALL_TOKENS, baseline_beside, baseline_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,6 +64,31 @@ def first_cell_rows(archive: dict) -> list[dict]:
                                     statistics.median(t[r] for t in later[key]))
                                 for r in routes}})
     return rows
+
+
+def level_pairs(archive: dict, within: float = 0.02) -> dict[str, list[int]]:
+    """At decode widths (T <= ``SMALL_TOKENS``), per later candidate: how many (pass, cell)
+    pairs timed the baseline beside it and beside the first candidate, how many of those
+    read within ``within`` of each other, and how many of these are a process's first
+    cell."""
+    candidates = archive["protocol"]["resolved"]["routes"][1:]
+    seen_pids: set[int] = set()
+    counts: dict[str, list[int]] = {}
+    for record in archive.get("passes", []):
+        fresh = record.get("pid") not in seen_pids
+        seen_pids.add(record.get("pid"))
+        for position, case in enumerate(record.get("cases", [])):
+            beside = baseline_medians(case)
+            if case["case"]["tokens"] > SMALL_TOKENS or candidates[0] not in beside:
+                continue
+            for candidate in candidates[1:]:
+                if candidate in beside:
+                    count = counts.setdefault(candidate, [0, 0, 0])
+                    count[0] += 1
+                    if abs(beside[candidate] / beside[candidates[0]] - 1) <= within:
+                        count[1] += 1
+                        count[2] += fresh and position == 0
+    return counts
 
 
 def archives(paths: list[Path]) -> list[tuple[Path, dict]]:
@@ -107,6 +132,16 @@ def main(argv: list[str] | None = None) -> int:
             band = f"<= {SMALL_TOKENS}" if row["small"] else f"> {SMALL_TOKENS}"
             print(f"| {name(path)} | {row['candidate']} | {band} | {row['pairs']} | "
                   f"{row['median']:+.1%} ({row['lowest']:+.1%} to {row['highest']:+.1%}) |")
+    totals: dict[str, list[int]] = {}
+    for _, archive in found:
+        for candidate, count in level_pairs(archive).items():
+            totals[candidate] = [a + b for a, b in zip(totals.get(candidate, [0, 0, 0]), count,
+                                                       strict=True)]
+    print()
+    for candidate, (total, level, first) in totals.items():
+        print(f"At T <= {SMALL_TOKENS}, beside {candidate}: of {total} (pass, cell) pairs, "
+              f"{level} read the baseline within 2 % of beside the first candidate; {first} of "
+              "those are a process's first cell.")
     return 0
 
 

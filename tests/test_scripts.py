@@ -390,6 +390,26 @@ def test_run_context_finds_no_first_cell_pair_where_every_pass_starts_a_process_
     assert script("run_context").first_cell_rows(archive) == []
 
 
+def test_run_context_counts_the_level_baselines_and_which_are_a_process_first_cell():
+    """Planted: beside fused-pdl the split arms read level with beside fused (4.0 us) in
+    three of the six decode (pass, cell) pairs, 12 % faster in the rest; one of the three
+    is a process's first cell. T = 128 is not counted."""
+    def case(tokens: int, pdl_us: float) -> dict:
+        return {"key": f"g/T{tokens}", "case": {"tokens": tokens}, "comparisons": [
+            {"status": "ok", "candidate": cand, "arms": [
+                {"label": label, "samples": [us * 1e-6] * 3} for label in ("A", "B", "A'")]}
+            for cand, us in (("fused", 4.0), ("fused-pdl", pdl_us))]}
+
+    def record(pid: int, t1_us: float, t8_us: float) -> dict:
+        return {"pid": pid, "cases": [case(1, t1_us), case(8, t8_us), case(128, 4.0)]}
+
+    archive = {"protocol": {"resolved": {"routes": ["split", "fused", "fused-pdl"]}},
+               "passes": [record(1, 4.0, 4.0),     # first cell level, and a later one
+                          record(1, 4.0, 3.52),    # the process's second pass: level, later
+                          record(2, 3.52, 3.52)]}  # a new process, first cell not level
+    assert script("run_context").level_pairs(archive) == {"fused-pdl": [6, 3, 1]}
+
+
 @interpreter_only
 def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
     probe = script("probe_process_state")
