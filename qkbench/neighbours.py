@@ -16,7 +16,7 @@ from statistics import median
 SMALL_TOKENS = 64
 
 
-def baseline_medians(case: dict) -> dict[str, float]:
+def _baseline_medians(case: dict) -> dict[str, float]:
     """Candidate -> the median of its comparison's A and A' sample medians, for the
     comparisons of a case record that were timed."""
     out = {}
@@ -28,6 +28,15 @@ def baseline_medians(case: dict) -> dict[str, float]:
     return out
 
 
+def baseline_ratios(case: dict, candidates: list[str]) -> dict[str, float]:
+    """Later candidate -> the baseline's time beside it over its time beside the first of
+    ``candidates``, minus one, in a case record (empty where the first was not timed)."""
+    beside = _baseline_medians(case)
+    if candidates[0] not in beside:
+        return {}
+    return {c: beside[c] / beside[candidates[0]] - 1 for c in candidates[1:] if c in beside}
+
+
 def baseline_beside(archive: dict) -> list[dict]:
     """Per later candidate and token band (``small``: T <= ``SMALL_TOKENS``), the baseline's
     time beside it over its time beside the first candidate, minus one: the median, lowest
@@ -36,14 +45,9 @@ def baseline_beside(archive: dict) -> list[dict]:
     changes: dict[tuple[str, bool], list[float]] = {}
     for record in archive["passes"]:
         for case in record.get("cases", []):
-            beside = baseline_medians(case)
-            if candidates[0] not in beside:
-                continue
             small = case["case"]["tokens"] <= SMALL_TOKENS
-            for candidate in candidates[1:]:
-                if candidate in beside:
-                    changes.setdefault((candidate, small), []).append(
-                        beside[candidate] / beside[candidates[0]] - 1)
+            for candidate, ratio in baseline_ratios(case, candidates).items():
+                changes.setdefault((candidate, small), []).append(ratio)
     return [{"candidate": candidate, "small": small, "pairs": len(v), "median": median(v),
              "lowest": min(v), "highest": max(v)}
             for (candidate, small), v in sorted(changes.items(), key=lambda kv: (

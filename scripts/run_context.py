@@ -19,11 +19,12 @@ Two tables, from the raw samples alone:
 import argparse
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from qkbench.archive import read
 from qkbench.errors import ArchiveError
-from qkbench.neighbours import SMALL_TOKENS, baseline_beside, baseline_medians
+from qkbench.neighbours import SMALL_TOKENS, baseline_beside, baseline_ratios
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,21 +44,27 @@ def arm_times(case: dict) -> dict[str, float]:
     return {route: statistics.median(v) for route, v in times.items()}
 
 
-def first_cell_rows(archive: dict) -> list[dict]:
-    """Per cell measured first by some process and later by others: route times both ways."""
+def cells_in_order(archive: dict) -> Iterator[tuple[bool, dict]]:
+    """Every case record of the archive's passes in the order measured, with whether it is
+    a process's first cell (the first cell of the first pass its ``pid`` ran)."""
     seen_pids: set[int] = set()
-    first: dict[str, list[dict]] = {}
-    later: dict[str, list[dict]] = {}
     for record in archive.get("passes", []):
         fresh = record.get("pid") not in seen_pids
         seen_pids.add(record.get("pid"))
         for position, case in enumerate(record.get("cases", [])):
-            times = arm_times(case)
-            if times:
-                (first if fresh and position == 0 else later).setdefault(
-                    case["key"], []).append(times)
+            yield fresh and position == 0, case
+
+
+def first_cell_rows(archive: dict) -> list[dict]:
+    """Per cell measured first by some process and later by others: route times both ways."""
+    first: dict[str, list[dict]] = {}
+    later: dict[str, list[dict]] = {}
+    for is_first, case in cells_in_order(archive):
+        times = arm_times(case)
+        if times:
+            (first if is_first else later).setdefault(case["key"], []).append(times)
     rows = []
-    for key in first.keys() & later.keys():
+    for key in (k for k in first if k in later):  # in the order first measured
         routes = sorted(set.intersection(*(set(t) for t in first[key] + later[key])))
         rows.append({"cell": key, "first": len(first[key]), "later": len(later[key]),
                      "routes": {r: (statistics.median(t[r] for t in first[key]),
@@ -72,22 +79,16 @@ def level_pairs(archive: dict, within: float = 0.02) -> dict[str, list[int]]:
     read within ``within`` of each other, and how many of these are a process's first
     cell."""
     candidates = archive["protocol"]["resolved"]["routes"][1:]
-    seen_pids: set[int] = set()
     counts: dict[str, list[int]] = {}
-    for record in archive.get("passes", []):
-        fresh = record.get("pid") not in seen_pids
-        seen_pids.add(record.get("pid"))
-        for position, case in enumerate(record.get("cases", [])):
-            beside = baseline_medians(case)
-            if case["case"]["tokens"] > SMALL_TOKENS or candidates[0] not in beside:
-                continue
-            for candidate in candidates[1:]:
-                if candidate in beside:
-                    count = counts.setdefault(candidate, [0, 0, 0])
-                    count[0] += 1
-                    if abs(beside[candidate] / beside[candidates[0]] - 1) <= within:
-                        count[1] += 1
-                        count[2] += fresh and position == 0
+    for is_first, case in cells_in_order(archive):
+        if case["case"]["tokens"] > SMALL_TOKENS:
+            continue
+        for candidate, ratio in baseline_ratios(case, candidates).items():
+            count = counts.setdefault(candidate, [0, 0, 0])
+            count[0] += 1
+            if abs(ratio) <= within:
+                count[1] += 1
+                count[2] += is_first
     return counts
 
 
