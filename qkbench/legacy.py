@@ -16,7 +16,7 @@ from scipy import stats as sps
 
 from qkbench.protocol import Band
 from qkbench.stats import kept, null_ratio
-from qkbench.summary import limits_summary
+from qkbench.summary import limits_summary, times_and_bandwidth
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -155,18 +155,8 @@ def _cell(key: str, entries: list[tuple[int, dict, dict]], threshold: float,
             "tokens": first["case"]["tokens"], "effect": result.as_dict(), "passes": rows,
             "invalid_passes": invalid}
     if kept_rows:
-        times = {"baseline": median(r["baseline_s"] for r in kept_rows),
-                 "candidate": median(r["candidate_s"] for r in kept_rows),
-                 "copy": median(r["copy_s"] for r in kept_rows)}
-        nbytes = first["bytes"]
-        cell["time_us"] = {k: v * 1e6 for k, v in times.items()}
-        cell["bandwidth"] = {
-            role: {"route_gbps": nbytes[route] / times[role] / 1e9,
-                   "share_of_copy": (nbytes[route] / times[role] / 1e9 / copy_gbps
-                                     if copy_gbps else None),
-                   "vs_same_bytes_copy": times[role] / times["copy"]}
-            for role, route in (("baseline", comp["baseline"]), ("candidate", comp["candidate"]))
-        }
+        cell.update(times_and_bandwidth(kept_rows, first["bytes"],
+                                        (comp["baseline"], comp["candidate"]), copy_gbps))
     return cell
 
 

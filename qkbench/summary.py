@@ -43,6 +43,22 @@ def limits_summary(passes: list[dict]) -> dict | None:
     }
 
 
+def times_and_bandwidth(rows: list[dict], nbytes: dict[str, int], pair: tuple[str, str],
+                        copy_gbps: float | None) -> dict:
+    """A cell's ``time_us`` and ``bandwidth`` from the rows its verdict used (medians):
+    each route's rate on its own bytes, as a share of the device's copy and against the
+    case's same-bytes copy."""
+    times = {role: median(r[f"{role}_s"] for r in rows)
+             for role in ("baseline", "candidate", "copy")}
+    return {"time_us": {k: v * 1e6 for k, v in times.items()},
+            "bandwidth": {
+                role: {"route_gbps": nbytes[route] / times[role] / 1e9,
+                       "share_of_copy": (nbytes[route] / times[role] / 1e9 / copy_gbps
+                                         if copy_gbps else None),
+                       "vs_same_bytes_copy": times[role] / times["copy"]}
+                for role, route in zip(("baseline", "candidate"), pair, strict=True)}}
+
+
 def telemetry_flags(arms: list[dict], clock_threshold: float) -> list[str]:
     """What the card did while each arm was timed that casts doubt on its samples."""
     flags = []
@@ -151,19 +167,9 @@ def _cell(case, pair: tuple[str, str], attempts: dict, timing: dict, retries: in
             "slot_effect": stats.slot_effect([r["slot_medians"] for r in used])
             if effect.estimate is not None else None}
     if effect.estimate is not None:
-        times = {"baseline": median(r["baseline_s"] for r in used),
-                 "candidate": median(r["candidate_s"] for r in used),
-                 "copy": median(r["copy_s"] for r in used)}
         nbytes = next(r for slot in range(timing["passes"])
                       for _, r in attempts.get((case.key, slot), []) if r)["bytes"]
-        cell["time_us"] = {k: v * 1e6 for k, v in times.items()}
-        cell["bandwidth"] = {
-            role: {"route_gbps": nbytes[route] / times[role] / 1e9,
-                   "share_of_copy": (nbytes[route] / times[role] / 1e9 / copy_gbps
-                                     if copy_gbps else None),
-                   "vs_same_bytes_copy": times[role] / times["copy"]}
-            for role, route in (("baseline", pair[0]), ("candidate", pair[1]))
-        }
+        cell.update(times_and_bandwidth(used, nbytes, pair, copy_gbps))
     return cell, effect
 
 
