@@ -119,9 +119,13 @@ def qk_norm_rope_auto(
     says for this call's shape and token count; the fused route without a table.
 
     Same arguments and contract as ``qk_norm_rope`` (``options``: eps, rotary_dim, style,
-    weight_mode, mrope_section, mrope_layout, inplace, q_out, k_out, check_positions); the
-    two routes are bit-identical, so only the time differs.
+    weight_mode, mrope_section, mrope_layout, inplace, q_out, k_out, check_positions, pdl,
+    the last for the fused route only); the two routes are bit-identical, so only the time
+    differs.
     """
     route = "fused" if dispatch is None else dispatch.route(q, k, **options)
+    if route == "split":
+        # PDL is an option of the fused launch; the split route's three launches take none.
+        options.pop("pdl", None)
     op = qk_norm_rope if route == "fused" else qk_norm_rope_split
     return op(q, k, q_weight, k_weight, positions, cos_sin_cache, **options)

@@ -238,6 +238,10 @@ def _check_shape(path: Path, data: dict) -> None:
         if not isinstance(table[key], types) or isinstance(table[key], bool):
             raise ArchiveError(f"{path}: malformed archive: '{dotted}' must be "
                                f"{_names(types)}, got {type(table[key]).__name__}")
+    gpu = data["environment"].get("gpu")
+    if gpu is not None and not isinstance(gpu, dict):
+        raise ArchiveError(f"{path}: malformed archive: 'environment.gpu' must be an object "
+                           f"or null, got {type(gpu).__name__}")
     if not all(isinstance(p, dict) and isinstance(p.get("status"), str)
                for p in data["passes"]):
         raise ArchiveError(f"{path}: malformed archive: every entry of 'passes' must be an "

@@ -32,19 +32,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from math import ceil
+from pathlib import Path
 from statistics import median
 
 import numpy as np
 import torch
 
+from qkbench import archive as archives
 from qkbench import env, legacy, seal
 from qkbench.accuracy import within_tolerance
 from qkbench.archive import as_stored, run_settings
 from qkbench.case import DTYPES, Case, Inputs
-from qkbench.errors import QkbenchError
+from qkbench.errors import ArchiveError, QkbenchError
 from qkbench.protocol import Protocol, rebuild
 from qkbench.schedule import MAX_PADDING_BYTES, order_of, placement_seed, sample_plan
-from qkbench.summary import OPEN, PENDING, open_slots, summarize
+from qkbench.summary import OPEN, PENDING, current, open_slots, summarize
 
 LEGACY_NOTE = {
     1: "schema 1 archive: audited by what it has (pass digests, the protocol, structure, "
@@ -106,6 +108,27 @@ def examine(archive: dict, key: bytes | None = None) -> Findings:
         found.problems.append(f"structure: cannot be checked ({type(e).__name__}: {e})")
     found.problems += _differences(archive["summary"], recomputed)
     return found
+
+
+def read_checked(path: Path) -> dict:
+    """An archive read to be reported or judged, refused (ArchiveError) where its digests
+    say it was edited or damaged since it was written (a signed one is checked where
+    ``QKBENCH_SIGNING_KEY`` is set), where its header does not follow from its protocol, or
+    where its passes cannot be summarised: what it shows could then be anything. Stops at
+    the first problem; ``audit`` lists every one. Its summary is read with ``current``."""
+    run = archives.read(path)
+    seal_algorithm = (run.get("seal") or {}).get("algorithm")
+    found = Findings()
+    _digests(run, seal.signing_key() if seal_algorithm == seal.HMAC_SHA256 else None, found)
+    problems = found.problems + _header_problems(run)
+    if problems:
+        raise ArchiveError(f"{path}: {problems[0]} (qkbench audit {path} lists every "
+                           "problem)")
+    try:
+        current(run)
+    except ArchiveError as e:
+        raise ArchiveError(f"{path}: {e}") from None
+    return run
 
 
 # -- digests -----------------------------------------------------------------------------------

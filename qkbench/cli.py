@@ -79,8 +79,9 @@ TIMING = timing(PROTOCOLS)
 
 
 def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Path:
-    """Where a sweep writes: ``--out`` as given, or inside it when it is a directory (and
-    in ``results/`` without it), named ``<date>-<protocol>.json.gz``."""
+    """Where a sweep writes: ``--out`` as given where it names a file (ending in ``.json``
+    or ``.gz``), else inside it, a folder made where missing (and in ``results/`` without
+    it), named ``<YYYYmmdd-HHMMSS>-<protocol>.json.gz``."""
     from qkbench.archive import SUFFIX
 
     if resume:
@@ -90,7 +91,7 @@ def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Pat
             raise QkbenchError(f"--resume needs --out to name an archive file; {out_path} "
                                "is a directory")
         return out_path
-    if out_path is not None and not out_path.is_dir():
+    if out_path is not None and out_path.suffix in (".json", ".gz") and not out_path.is_dir():
         return out_path
     name = f"{time.strftime('%Y%m%d-%H%M%S')}-{protocol_name}{SUFFIX}"
     return (out_path or Path("results")) / name
@@ -162,9 +163,9 @@ def sweep(
              "in-process passes (--isolation inprocess) cannot be timed out "
              + PROTOCOLS + "; the shipped default is 1800")] = None,
     out_path: Annotated[Path | None, typer.Option(
-        "--out", help="the archive file (.json.gz compressed, else plain .json), or an "
-                      "existing directory to write <date>-<protocol>.json.gz in "
-                      "(default: a new one in results/)",
+        "--out", help="the archive file (a name ending in .json.gz or .gz is compressed, "
+                      ".json plain), or any other name: a folder (made where missing) to "
+                      "write YYYYmmdd-HHMMSS-PROTOCOL.json.gz in (default: results/)",
         show_default=False)] = None,
     resume: Annotated[bool, typer.Option(
         help="continue the archive at --out, without repeating its finished passes; give "
@@ -245,11 +246,11 @@ def calibrate(
                                "calibration)")
         # The device first: on the CPU the kernels must be imported under the interpreter.
         dev = None if aa is not None else _device(device)
-        from qkbench import archive as archives
         from qkbench import calibration, report
+        from qkbench.audit import read_checked
 
         if aa is not None:
-            runs = {"aa": archives.read(aa), "planted": archives.read(planted_run)}
+            runs = {"aa": read_checked(aa), "planted": read_checked(planted_run)}
         else:
             proto = _protocol(protocol, dev).with_overrides(passes=passes, samples=samples)
             every = tuple(planted or calibration.PLANTED_EVERY)
@@ -288,18 +289,19 @@ def report_cmd(
 ) -> None:
     """Render an archive's summary (and, with --plot, its pictures)."""
     try:
-        from qkbench import archive as archives
         from qkbench import report
+        from qkbench.audit import read_checked
+        from qkbench.summary import current
 
         if format not in ("rich", "markdown", "json"):
             raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
-        run = archives.read(archive)
+        run = read_checked(archive)
         if format == "rich":
             out.print(report.as_rich(run, wide=wide))
         elif format == "markdown":
             typer.echo(report.as_markdown(run), nl=False)
         else:
-            typer.echo(json.dumps({"header": report.header(run), "summary": run["summary"]},
+            typer.echo(json.dumps({"header": report.header(run), "summary": current(run)},
                                   indent=1))
         if plot is not None:
             from qkbench.plots import archive_stem
@@ -330,11 +332,11 @@ def crossover(
     """Per geometry, the width through which the candidate is resolvably faster, and the
     dispatch that follows from it."""
     try:
-        from qkbench import archive as archives
         from qkbench import crossover as cross
+        from qkbench.audit import read_checked
         from qkbench.report import Fitted, Table
 
-        run = archives.read(archive)
+        run = read_checked(archive)
         table = cross.dispatch_table(run, candidate, source=str(archive))
     except QkbenchError as e:
         _fail(e)
@@ -483,12 +485,12 @@ def export(
 ) -> None:
     """Export an archive's raw samples for analysis elsewhere (pandas, R)."""
     try:
-        from qkbench import archive as archives
+        from qkbench.audit import read_checked
         from qkbench.export import write_csv
 
         if not csv:
             raise QkbenchError("export needs a format: --csv")
-        run = archives.read(archive)
+        run = read_checked(archive)
         if out_file is None:
             write_csv(run, sys.stdout)
             return

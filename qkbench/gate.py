@@ -338,7 +338,10 @@ class Outcome:
     def exit_code(self) -> int:
         if self.failed:
             return FAIL
-        return INCONCLUSIVE if len(self.inconclusive) > self.max_inconclusive else PASS
+        # A gate that judged no case has passed nothing.
+        if not self.counted or len(self.inconclusive) > self.max_inconclusive:
+            return INCONCLUSIVE
+        return PASS
 
     def label(self, cell: Cell) -> str:
         """A cell's name in sentences: its case, and its group where there are several."""
@@ -371,6 +374,8 @@ class Outcome:
                     met = sum(c.result == MET for c in mine)
                     parts.append(f'"{text}" met in {met} of {len(mine)} cases')
             line = f"gate: {word}, " + "; ".join(parts)
+        if not self.counted:
+            line += "; no case was judged"
         undecided = self.inconclusive
         if undecided:
             allowed = "more than" if len(undecided) > self.max_inconclusive else "within"

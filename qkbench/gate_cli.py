@@ -175,9 +175,9 @@ ONE_RUN = ("delta = candidate / baseline - 1 (mean log ratio over the balanced k
 
 
 def _read(path: Path, flag: str) -> dict:
-    from qkbench import archive as archives
+    from qkbench.audit import read_checked
 
-    run = archives.read(path)
+    run = read_checked(path)
     if run.get("summary") is None:
         raise GateError(f"{flag} {path}: no pass finished, so it has no summary")
     return run

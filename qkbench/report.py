@@ -55,7 +55,7 @@ def header(archive: dict) -> dict:
     return {"status": archive["status"], "created": archive.get("created"),
             "protocol": {"name": protocol["resolved"].get("name"), "path": protocol.get("path"),
                          "sha256": protocol["sha256"]},
-            "device": settings["device"], "gpu": env.get("gpu", {}).get("name"),
+            "device": settings["device"], "gpu": (env.get("gpu") or {}).get("name"),
             "commit": code.get("commit"), "dirty": code.get("dirty"),
             "qkbench": env.get("qkbench"), "torch": env.get("torch"),
             "triton": env.get("triton"), "settings": settings}
@@ -63,7 +63,7 @@ def header(archive: dict) -> dict:
 
 def header_lines(archive: dict) -> list[str]:
     env, settings = archive["environment"], archive["settings"]
-    gpu = env.get("gpu", {}).get("name", env["device"])
+    gpu = (env.get("gpu") or {}).get("name", env["device"])
     code = env["code"]
     commit = (code["commit"] or "unknown")[:12] + (" (dirty)" if code.get("dirty") else "")
     summary = current(archive) or {}

@@ -13,6 +13,7 @@ from collections import defaultdict
 from statistics import median
 
 from qkbench import stats
+from qkbench.errors import ArchiveError
 from qkbench.protocol import Band, rebuild
 from qkbench.schedule import order_of
 
@@ -228,12 +229,21 @@ def summarize(archive: dict) -> dict:
                        "replacements": sum(p.get("replaces") is not None for p in passes)}}
 
 
+# What a malformed pass or case raises in the rules below, read as "malformed archive".
+MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError)
+
+
 def current(archive: dict) -> dict | None:
-    """The summary to show: the stored one, or for a schema 1 archive (whose stored summary
-    follows the schema 1 rules) the same passes summarised by today's rules."""
-    if archive.get("schema_version") == 1:
+    """The summary to show or judge: the passes summarised by today's rules, whatever the
+    stored summary says (that one is for ``audit`` to check); None before the first pass.
+    A pass too malformed to summarise raises ArchiveError."""
+    if archive["summary"] is None and not archive["passes"]:
+        return None
+    try:
         return summarize(archive)
-    return archive["summary"]
+    except MALFORMED as e:
+        raise ArchiveError(f"malformed archive: its summary cannot be recomputed from its "
+                           f"passes ({type(e).__name__}: {e})") from None
 
 
 def open_slots(summary: dict) -> dict[int, list[str]]:

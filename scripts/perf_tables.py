@@ -9,10 +9,11 @@ kept |null|). A cell whose comparison has no verdict shows the verdict instead o
 (the report never prints times it could not resolve).
 """
 
-import sys
+import argparse
 from pathlib import Path
 
-from qkbench import archive, summary
+from qkbench import audit, summary
+from qkbench.errors import QkbenchError
 
 
 def _resolved(case: dict) -> bool:
@@ -34,7 +35,7 @@ def _share(case: dict) -> str:
 
 
 def table(path: Path) -> str:
-    run = archive.read(path)
+    run = audit.read_checked(path)
     result = summary.current(run)
     timing = run["protocol"]["resolved"]["timing"]
     settings = run["settings"]
@@ -70,10 +71,14 @@ def table(path: Path) -> str:
     return "\n".join(lines)
 
 
-def main(paths: list[str]) -> int:
-    print("\n\n".join(table(Path(p)) for p in paths))
-    return 0
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("archives", nargs="+", type=Path, help="run archives (.json, .json.gz)")
+    try:
+        print("\n\n".join(table(p) for p in parser.parse_args().archives))
+    except QkbenchError as e:
+        parser.exit(1, f"error: {e}\n")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main()

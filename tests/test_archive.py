@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import qkbench
 from qkbench import archive as archives
 from qkbench import export, report, runner
-from qkbench.audit import audit
+from qkbench.audit import audit, read_checked
 from qkbench.cli import app
 from qkbench.errors import ArchiveError
 from qkbench.protocol import load, parse, shipped
@@ -201,6 +201,34 @@ def test_reading_an_archive_with_a_malformed_pass_names_it(smoke_archive, tmp_pa
     edited["passes"][2] = ["not", "a", "pass"]
     with pytest.raises(ArchiveError, match=r"malformed archive: every entry of 'passes'"):
         archives.read(write_json(tmp_path / "run.json", edited))
+
+
+def test_reading_an_archive_whose_gpu_entry_is_not_an_object_names_it(smoke_archive, tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["environment"]["gpu"] = "H200"
+    with pytest.raises(ArchiveError, match=r"'environment.gpu' must be an object or null, got str"):
+        archives.read(write_json(tmp_path / "run.json", edited))
+
+
+def test_loading_a_resealed_archive_whose_pass_cannot_be_summarised_names_it(smoke_archive,
+                                                                             tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["passes"][0]["cases"] = "x"
+    path = write_json(tmp_path / "run.json", reseal(edited))
+    with pytest.raises(ArchiveError, match=rf"^{path}: malformed archive: its summary cannot be "
+                                           r"recomputed from its passes \(TypeError"):
+        read_checked(path)
+
+
+def test_report_refuses_an_archive_whose_pass_was_edited_in_one_line(smoke_archive, tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["passes"][1]["pid"] += 1
+    path = write_json(tmp_path / "run.json", edited)
+    result = CliRunner().invoke(app, ["report", str(path)])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {path}: pass 1: raw content does not match its digest (qkbench audit {path} "
+        "lists every problem)"]
 
 
 def test_audit_cli_passes_a_clean_archive(smoke_sweep):

@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 import qkbench
-from qkbench.cli import app
+from qkbench.cli import app, archive_path
 
 from conftest import interpreter_only
 
@@ -246,6 +246,19 @@ def test_resume_help_says_what_must_be_repeated():
     result = invoke("sweep", "--help")
     text = " ".join(result.stdout.replace("│", " ").split())
     assert "give the same --protocol and the same overrides" in text
+
+
+@pytest.mark.parametrize("name", ["run.json", "run.json.gz", "run.gz"])
+def test_an_out_ending_in_json_or_gz_is_the_archive_itself(tmp_path, name):
+    assert archive_path(tmp_path / name, "smoke", resume=False) == tmp_path / name
+
+
+@pytest.mark.parametrize("name", ["nightly", "nightly/", "v3.9"])
+def test_any_other_out_is_a_folder_that_gets_a_dated_archive(tmp_path, name):
+    # "nightly/" reaches the CLI as Path("nightly"): the slash is lost, so the name decides.
+    path = archive_path(tmp_path / name, "smoke", resume=False)
+    assert path.parent == tmp_path / name.rstrip("/")
+    assert re.fullmatch(r"\d{8}-\d{6}-smoke\.json\.gz", path.name), path.name
 
 
 def test_ctrl_c_names_the_real_archive_path_and_how_to_resume(tmp_path, monkeypatch):

@@ -182,6 +182,19 @@ def test_auto_takes_the_tables_route_and_is_exact_on_both_sides(table, monkeypat
 
 
 @interpreter_only
+def test_auto_takes_pdl_on_either_route(table, monkeypatch):
+    from qkbench.kernels import qk_norm_rope_auto, qk_norm_rope_split
+    from qkbench.kernels.dispatch import DispatchTable
+
+    inputs = make_inputs(Case(_geometry("early-2x1"), 2, max_position=64), 7, "cpu")
+    taken = _spy(monkeypatch)
+    out = inputs.call(qk_norm_rope_auto, dispatch=DispatchTable(table), inplace=False, pdl=True)
+    assert taken == ["split"]
+    for got, want in zip(out, inputs.call(qk_norm_rope_split, inplace=False), strict=True):
+        assert torch.equal(got, want)
+
+
+@interpreter_only
 def test_auto_without_a_table_is_fused_and_a_shape_the_table_lacks_is_split(table,
                                                                              monkeypatch):
     from qkbench.kernels import qk_norm_rope_auto

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
+from qkbench import archive as archives
 from qkbench import gate as rules
 from qkbench.cli import app
 from qkbench.errors import GateError
@@ -169,6 +170,37 @@ def test_one_archive_whose_candidate_is_slower_fails(archive):
 def test_one_archive_whose_candidate_is_faster_passes(archive):
     result = invoke(archive("base"))
     assert result.exit_code == 0, result.output
+
+
+def test_a_stored_summary_edited_to_hide_a_regression_still_fails(archive, tmp_path):
+    # The stored summary is covered by no digest: the gate judges the raw passes instead.
+    run = archives.read(archive("fused-slower"))
+    for comp in run["summary"]["comparisons"]:
+        for cell in comp["cases"]:
+            cell["effect"].update(verdict="faster", estimate=-0.1, best=-0.11, worst=-0.09)
+    edited = tmp_path / "edited.json.gz"
+    archives.write(edited, run)
+    result = invoke(str(edited))
+    assert result.exit_code == 1, result.output
+    assert last_line(result).startswith("gate: FAIL, 2 of 2 cases regressed")
+
+
+def test_an_archive_whose_pass_was_edited_is_refused_exit_2(archive, tmp_path):
+    run = archives.read(archive("fused-slower"))
+    arm = run["passes"][0]["cases"][0]["comparisons"][0]["arms"][0]
+    arm["samples"] = [s * 2 for s in arm["samples"]]
+    edited = tmp_path / "edited.json.gz"
+    edited.write_bytes(archives.encode(run, compressed=True))  # its digests left as they were
+    assert_usage_error(invoke(str(edited)), f"{edited}: pass 0: raw content does not match",
+                       "qkbench audit")
+
+
+def test_a_gate_that_judges_no_case_is_inconclusive():
+    skipped = rules.Cell("split -> fused", "k", "g", 1, "n/s", rules.SKIPPED, "n/s")
+    outcome = rules.Outcome("regressions", [skipped], 0.02)
+    assert outcome.exit_code == rules.INCONCLUSIVE
+    assert outcome.summary().endswith("; no case was judged")
+    assert rules.Outcome("regressions", [], 0.02).exit_code == rules.INCONCLUSIVE
 
 
 def test_unstable_cases_are_inconclusive_exit_3_unless_allowed(archive):
