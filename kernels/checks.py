@@ -45,7 +45,7 @@ def check_launchable(name: str, x: torch.Tensor) -> None:
 
 def check_head_dim(name: str, D: int) -> None:
     if D % 2 or not 2 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"{name} (head_dim {D}) must be even and in [2, {MAX_HEAD_DIM}]")
+        raise ValueError(f"{name} must be even and in [2, {MAX_HEAD_DIM}], got {D}")
 
 
 def as_rows(name: str, x: object, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -14,6 +14,16 @@ from qkbench.summary import current
 
 # One extra call in 32 and in 8: +3.1 % and +12.5 % of the route's own work.
 PLANTED_EVERY = (32, 8)
+
+
+def default_planted(inner_reps: int) -> tuple[int, ...]:
+    """``PLANTED_EVERY`` where both divide ``inner_reps`` (the shipped GPU protocols' 32);
+    else one extra call a replay, and one a quarter replay where that divides it too (the
+    CPU's smoke protocol replays 2 launches: +50 %)."""
+    if all(inner_reps % n == 0 for n in PLANTED_EVERY):
+        return PLANTED_EVERY
+    return tuple(n for n in dict.fromkeys((inner_reps, inner_reps // 4))
+                 if n >= 1 and inner_reps % n == 0)
 VERDICTS = ("faster", "slower")
 
 
@@ -22,12 +32,13 @@ def protocols(protocol: Protocol, route: str, planted_every: tuple[int, ...]
     """The A/A and the planted protocol: ``protocol`` with the routes replaced; a sweep of
     each makes the two archives ``summarize`` reads. Each N must divide ``inner_reps``, so
     that every graph replay (every sample) holds the same number of extra calls."""
+    aa = protocol.with_overrides(routes=[route, routes.twin(route)])  # a bad route first
     uneven = [n for n in planted_every if protocol.timing.inner_reps % n]
     if uneven:
-        raise ProtocolError(f"planted effects every {uneven} launches do not divide "
-                            f"inner_reps ({protocol.timing.inner_reps}): a replay would hold "
-                            "an uneven number of extra calls")
-    return {"aa": protocol.with_overrides(routes=[route, routes.twin(route)]),
+        raise ProtocolError(f"--planted {', '.join(map(str, uneven))}: must divide the "
+                            f"protocol's inner_reps ({protocol.timing.inner_reps}), else a "
+                            "replay would hold an uneven number of extra calls")
+    return {"aa": aa,
             "planted": protocol.with_overrides(
                 routes=[route, *(routes.planted(route, n) for n in planted_every)])}
 

@@ -102,6 +102,10 @@ def _sweep_events(runner, proto, bar, started_at: float):
     finished pass on stderr (a CI log, a pipe)."""
     from qkbench.progress import pass_drops, pass_line
 
+    def complete() -> None:
+        err.print("resume: the archive is complete already; nothing was measured",
+                  highlight=False, soft_wrap=True)
+
     if bar is not None:
         passes_task = bar.add_task("passes", total=proto.timing.passes)
         cases_task = bar.add_task("cases", total=len(proto.cases()))
@@ -112,7 +116,8 @@ def _sweep_events(runner, proto, bar, started_at: float):
         return runner.Events(
             pass_started=started,
             case_done=lambda done, total: bar.update(cases_task, completed=done),
-            pass_finished=lambda index, status: bar.advance(passes_task))
+            pass_finished=lambda index, status: bar.advance(passes_task),
+            already_complete=complete)
     drops = [0, 0]
 
     def finished(result: dict) -> None:
@@ -122,7 +127,7 @@ def _sweep_events(runner, proto, bar, started_at: float):
         err.print(pass_line(result, proto.timing.passes, time.monotonic() - started_at,
                             *drops), highlight=False, soft_wrap=True)
 
-    return runner.Events(pass_result=finished)
+    return runner.Events(pass_result=finished, already_complete=complete)
 
 
 def _swept(proto, dev, path: Path, resume: bool = False,
@@ -168,16 +173,19 @@ def sweep(
                       "write YYYYmmdd-HHMMSS-PROTOCOL.json.gz in (default: results/)",
         show_default=False)] = None,
     resume: Annotated[bool, typer.Option(
+        "--resume",
         help="continue the archive at --out, without repeating its finished passes; give "
              "the same --protocol and the same overrides (--route, --passes, --samples, ...) "
              "it was started with")] = False,
     allow_code_change: Annotated[bool, typer.Option(
+        "--allow-code-change",
         help="let --resume continue with other code than the run started with (another git "
              "commit or kernel sources): refused without it; each pass records the code it "
              "ran and report and audit show which passes ran what")] = False,
 ) -> None:
-    """Run the baseline (the first --route), candidate and baseline-again arms over a
-    protocol and archive every pass."""
+    """Run a protocol's baseline, candidate and baseline-again arms; archive every pass.
+
+    The first --route is the baseline (and the null arm), the others candidates."""
     path = None
     try:
         dev = _device(device)
@@ -189,7 +197,7 @@ def sweep(
 
         path = archive_path(out_path, proto.name, resume)
         run = _swept(proto, dev, path, resume, allow_code_change)
-        out.print(report.as_rich(run))
+        out.print(report.as_rich(run), soft_wrap=not out.is_terminal)
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
         problems = []
@@ -222,7 +230,9 @@ def calibrate(
         show_default=False)] = None,
     planted: Annotated[list[int] | None, typer.Option(
         help="repeat: plant one extra call of the route every N launches, +1/N of its own "
-             "work (default: 32 and 8, +3.1 % and +12.5 %)", show_default=False)] = None,
+             "work; N must divide the protocol's inner_reps (default: 32 and 8, +3.1 % and "
+             "+12.5 %, where they divide it, else inner_reps and a quarter of it)",
+        show_default=False)] = None,
     device: DeviceOpt = "auto",
     passes: TIMING.passes = None,
     samples: TIMING.samples = None,
@@ -236,10 +246,12 @@ def calibrate(
         help="report from this planted-effect archive (with --aa) (default: run both)",
         show_default=False)] = None,
 ) -> None:
-    """Prove the method on this machine: an A/A run of one route against itself (any
-    verdict but unresolved is false) and a run against planted effects of known size (each
-    must be resolved slower). Ends with one line: false verdicts k/n, planted effects
-    resolved m/n. Exit 1 on a false verdict or a planted effect with the wrong sign."""
+    """Prove the method here: an A/A run and a run against planted effects.
+
+    The A/A run times one route against itself (any verdict but unresolved is false); the
+    planted run against itself plus extra calls of known size (each must be resolved
+    slower). Ends with one line: false verdicts k/n, planted effects resolved m/n. Exit 1 on
+    a false verdict or a planted effect with the wrong sign."""
     try:
         if (aa is None) != (planted_run is None):
             raise QkbenchError("--aa and --planted-run go together (the two archives of one "
@@ -253,7 +265,7 @@ def calibrate(
             runs = {"aa": read_checked(aa), "planted": read_checked(planted_run)}
         else:
             proto = _protocol(protocol, dev).with_overrides(passes=passes, samples=samples)
-            every = tuple(planted or calibration.PLANTED_EVERY)
+            every = tuple(planted or calibration.default_planted(proto.timing.inner_reps))
             if any(n < 1 for n in every):
                 raise QkbenchError(f"--planted must be >= 1, got {list(every)}")
             stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -279,6 +291,7 @@ def report_cmd(
     format: Annotated[str, typer.Option(
         help="rich, markdown or json (the run's header and its summary)")] = "rich",
     wide: Annotated[bool, typer.Option(
+        "--wide",
         help="rich: every column of the per-cell table (kept, width, copy, share of copy "
              "bandwidth), not only geometry, T, times, delta, interval and verdict")] = False,
     plot: Annotated[Path | None, typer.Option(
@@ -291,13 +304,19 @@ def report_cmd(
     try:
         from qkbench import report
         from qkbench.audit import read_checked
+        from qkbench.lock import held
         from qkbench.summary import current
 
         if format not in ("rich", "markdown", "json"):
             raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
         run = read_checked(archive)
+        if run["status"] == "running" and not held(archive):
+            err.print(f"note: no qkbench is writing {archive}: its run stopped before it was "
+                      f"complete; qkbench sweep --resume --out {archive} (with the --protocol "
+                      "and overrides it was started with) continues it",
+                      highlight=False, soft_wrap=True)
         if format == "rich":
-            out.print(report.as_rich(run, wide=wide))
+            out.print(report.as_rich(run, wide=wide), soft_wrap=not out.is_terminal)
         elif format == "markdown":
             typer.echo(report.as_markdown(run), nl=False)
         else:
@@ -329,8 +348,9 @@ def crossover(
         help="the comparison's candidate route (default: the run's only one)",
         show_default=False)] = None,
 ) -> None:
-    """Per geometry, the width through which the candidate is resolvably faster, and the
-    dispatch that follows from it."""
+    """Per geometry, the T through which the candidate is resolvably faster; its dispatch.
+
+    The table --emit writes is what qkbench.kernels.dispatch.DispatchTable loads."""
     try:
         from qkbench import crossover as cross
         from qkbench.audit import read_checked
@@ -367,8 +387,10 @@ def crossover(
 @app.command()
 def audit(archive: Annotated[Path, typer.Argument(
         help="a run archive (.json or .json.gz)")]) -> None:
-    """Check an archive: its digests, its structure against its header, every in-pass figure
-    and every summary recomputed from the raw samples; exit 1 on any problem.
+    """Check an archive against itself; exit 1 on any problem.
+
+    Its digests, its structure against its header, every in-pass figure and every summary
+    recomputed from the raw samples.
 
     With QKBENCH_SIGNING_KEY set, a signed archive's HMAC digests are verified (its
     origin), and an unsigned archive fails; without it, audit checks consistency only.
@@ -399,7 +421,8 @@ def audit(archive: Annotated[Path, typer.Argument(
 @app.command()
 def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
            route: Annotated[list[str] | None, typer.Option(
-               help="repeat: the routes to check (default: the protocol's)")] = None) -> None:
+               help="repeat: the routes to check, one or more (default: the protocol's)")]
+           = None) -> None:
     """Check each route's exactness and accuracy on every case of a protocol (no timing).
 
     One line per case as it is checked: each route ok, WRONG or n/s (not supported), and why.
@@ -407,13 +430,14 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
     failed = unsupported = 0
     try:
         dev = _device(device)
-        proto = _protocol(protocol, dev).with_overrides(routes=route)
+        proto = _protocol(protocol, dev)
         from qkbench.case import make_inputs
         from qkbench.routes import resolve
         from qkbench.verify import describe, status_word
         from qkbench.verify import verify as verify_case
 
-        routes = [resolve(name) for name in proto.routes]
+        # Any number of routes, one too: nothing is compared in time here.
+        routes = [resolve(name) for name in dict.fromkeys(route or proto.routes)]
         cases = proto.cases()
         err.print(f"verify {proto.name} on {dev}: {len(cases)} case(s), routes "
                   f"{', '.join(r.name for r in routes)}", highlight=False, soft_wrap=True)

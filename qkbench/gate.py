@@ -155,7 +155,7 @@ def identity(archive: dict) -> dict[str, object]:
 def mismatches(baseline: dict, candidate: dict) -> list[str]:
     """How two archives' identities differ, one phrase per difference."""
     a, b = identity(baseline), identity(candidate)
-    return [f"{key} differs ({a[key]} in --baseline, {b[key]} in --candidate)"
+    return [f"{key}: {a[key]} in --baseline, {b[key]} in --candidate"
             for key in a if a[key] != b[key]]
 
 

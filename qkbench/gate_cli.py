@@ -2,6 +2,7 @@
 decisions are ``gate``'s, the commits' export ``refs``' and ``against``'s, the output
 ``gate_output``'s."""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -79,9 +80,11 @@ def gate(
     max_inconclusive: Annotated[int, typer.Option(
         help="inconclusive cases allowed before exit 3")] = 0,
     absolute: Annotated[bool, typer.Option(
+        "--absolute",
         help="--baseline/--candidate: compare the candidate's per-call times (no null arm "
              "bounds the drift between two runs)")] = False,
     allow_mismatch: Annotated[bool, typer.Option(
+        "--allow-mismatch",
         help="--baseline/--candidate: compare archives whose protocol, device or routes "
              "differ (said in the output)")] = False,
     junit: Annotated[Path | None, typer.Option(
@@ -135,7 +138,8 @@ def gate(
         if forms[0] != "--against":
             given = [name for name, value in sweep_options.items() if value is not None]
             if given or repo != Path("."):
-                raise GateError(f"{', '.join(given) or '--repo'} only go with --against")
+                raise GateError(f"{', '.join(given) or '--repo'} "
+                                f"{'go' if len(given) > 1 else 'goes'} only with --against")
         if (absolute or allow_mismatch) and forms[0] != "--baseline/--candidate":
             raise GateError("--absolute and --allow-mismatch only go with --baseline and "
                             "--candidate")
@@ -143,6 +147,9 @@ def gate(
             raise GateError("--expect checks one archive: give it as RUN")
         if forms[0] == "--baseline/--candidate" and (baseline is None or candidate is None):
             raise GateError("--baseline and --candidate go together")
+        for path in (junit, markdown):
+            if path is not None:
+                _check_writable(path)
         if forms[0] == "--against":
             outcome, measure = _against(against, repo, route or ["fused"], protocol, device,
                                         out_dir, tol, max_inconclusive, dict(
@@ -270,6 +277,21 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, devi
     return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), (
         f"{ref} ({export.sha12}) as baseline and null arm, the working tree as candidate; "
         + ONE_RUN)
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a report file that could not be written before anything is measured."""
+    folder = path.parent
+    if path.is_dir():
+        why = "it is a folder"
+    elif path.exists():  # a file to replace or append to, or a device such as /dev/stdout
+        why = None if os.access(path, os.W_OK) else "it is not writable"
+    elif not folder.is_dir():
+        why = f"no folder {folder}"
+    else:
+        why = None if os.access(folder, os.W_OK) else f"{folder} is not writable"
+    if why:
+        raise GateError(f"{path}: cannot be written ({why})")
 
 
 def _write_reports(outcome, measure: str, junit: Path | None, markdown: Path | None) -> None:

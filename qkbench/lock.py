@@ -48,6 +48,21 @@ def alive(pid: int) -> bool:
     return any(s.rpartition(")")[2].split()[:1] not in (["Z"], ["X"]) for s in stats)
 
 
+def held(archive: Path) -> bool:
+    """Whether a sweep or resume is writing ``archive`` now (its lock is held)."""
+    try:
+        fd = os.open(lock_path(Path(archive)), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 class ArchiveLock:
     """``with ArchiveLock(path) as lock:``: the exclusive right to write ``path``."""
 

@@ -272,7 +272,7 @@ def _check_semantics(p: Protocol, src: str) -> None:
     t = p.timing
     for name in ("passes", "samples", "inner_reps"):
         if getattr(t, name) < 1:
-            raise ProtocolError(f"{src}: 'timing.{name}' must be >= 1")
+            raise ProtocolError(f"{src}: 'timing.{name}' must be >= 1, got {getattr(t, name)}")
     if t.passes % len(ORDERS):
         raise ProtocolError(f"{src}: 'timing.passes' must be a multiple of {len(ORDERS)} "
                             f"(every arm order equally often), got {t.passes}")
@@ -359,7 +359,8 @@ def rebuild(recorded: dict) -> Protocol:
     """The protocol an archive's header records: its text with the recorded routes and
     timing applied (``recorded`` is the archive's ``protocol`` object)."""
     resolved = recorded["resolved"]
-    return parse(recorded["text"], recorded.get("path") or "<archive>").with_overrides(
+    where = f"the archive's copy of {recorded.get('path') or 'its protocol'}"
+    return parse(recorded["text"], where).with_overrides(
         routes=resolved["routes"], **resolved["timing"])
 
 

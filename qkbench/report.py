@@ -76,6 +76,8 @@ def header_lines(archive: dict) -> list[str]:
         f"passes ok {passes['ok']}, failed {passes['failed']}, "
         f"replacements {passes.get('replacements', 0)}",
     ]
+    if archive["summary"] is None:
+        lines.append("no pass has finished yet: nothing to report")
     if archive.get("schema_version") == 1:
         lines.append(SCHEMA_1_NOTE)
     lines += code_lines(archive)  # only where passes ran other code (a resume let change it)

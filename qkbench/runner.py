@@ -60,6 +60,8 @@ class Events:
     pass_finished: Callable[[int, str], None] = lambda index, status: None
     # The finished pass's raw result, as archived (just before ``pass_finished``).
     pass_result: Callable[[dict], None] = lambda result: None
+    # A resume found the archive complete: nothing was measured or written.
+    already_complete: Callable[[], None] = lambda: None
 
 
 def job_for(protocol: Protocol, index: int, device: torch.device, replaces: int | None = None,
@@ -300,6 +302,9 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             _check_resumable(run, protocol, settings, out)
             _check_seal(run, key, out)
             code, differ = _check_code(run, out, allow_code_change)
+            if run["status"] == "complete":
+                events.already_complete()
+                return run
             run["resumed"].append({
                 "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command or [],
                 "after_passes": len(run["passes"]), "code": code, "code_changes": differ,

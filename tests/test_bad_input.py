@@ -30,7 +30,7 @@ BAD = [
     ("head-dim-mismatch", lambda i: {"k": i.k[..., :32]}, ValueError,
      r"k.shape\[-1\] \(32\) must equal q.shape\[-1\] \(64\)"),
     ("odd-head-dim", lambda i: {"q": i.q[..., :63], "k": i.k[..., :63]}, ValueError,
-     r"head_dim 63\) must be even"),
+     r"q.shape\[-1\] must be even and in \[2, 512\], got 63"),
     ("channel-stride", lambda i: {"q": i.q.transpose(1, 2).contiguous().transpose(1, 2)},
      ValueError, r"q.stride\(-1\) must be 1"),
     ("weight-length", lambda i: {"q_weight": i.q_weight[:32]}, ValueError,

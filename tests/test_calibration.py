@@ -79,9 +79,15 @@ def test_planted_share_counts_the_extra_calls_in_one_replay(every, sets, launche
 
 
 def test_a_planted_step_that_does_not_divide_inner_reps_is_refused():
-    with pytest.raises(ProtocolError, match=r"planted effects every \[3\] launches do not "
-                                            r"divide inner_reps \(8\)"):
+    with pytest.raises(ProtocolError, match=r"--planted 3: must divide the protocol's "
+                                            r"inner_reps \(8\)"):
         calibration.protocols(parse(PROTOCOL), "split", (8, 3))
+
+
+@pytest.mark.parametrize(("inner_reps", "every"), [
+    (32, (32, 8)), (64, (32, 8)), (8, (8, 2)), (2, (2,)), (1, (1,))])
+def test_the_default_planted_steps_divide_the_protocols_inner_reps(inner_reps, every):
+    assert calibration.default_planted(inner_reps) == every
 
 
 def _write(path, archive: dict):

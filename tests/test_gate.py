@@ -114,14 +114,14 @@ def test_a_change_inside_the_two_runs_widths_passes(archive, a, b, code, verdict
 
 def test_archives_of_different_protocols_are_exit_2_naming_the_mismatch(archive):
     line = assert_usage_error(across(archive, "base", "other-protocol"),
-                              "the archives cannot be compared: protocol sha256 differs (",
+                              "the archives cannot be compared: protocol sha256: ",
                               "in --baseline", "in --candidate", "--allow-mismatch")
     assert "device" not in line and "routes" not in line
 
 
 def test_allow_mismatch_compares_anyway_and_says_so(archive):
     result = across(archive, "base", "other-protocol", "--allow-mismatch")
-    assert "--allow-mismatch: compared although protocol sha256 differs" in result.stdout
+    assert "--allow-mismatch: compared although protocol sha256: " in result.stdout
     # T=3 is in the baseline archive only: inconclusive, which --max-inconclusive 0 refuses.
     assert result.exit_code == 3, result.output
     assert last_line(result).endswith("1 inconclusive, more than --max-inconclusive 0: "
@@ -296,6 +296,19 @@ def test_junit_marks_inconclusive_cells_skipped(archive, tmp_path):
     assert "unstable" in cases[0].find("skipped").get("message")
 
 
+def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_measured(
+        tmp_path, monkeypatch):
+    from qkbench import gate_cli
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before the report path was checked")
+
+    monkeypatch.setattr(gate_cli, "_against", measured)
+    junit = tmp_path / "missing" / "junit.xml"
+    assert_usage_error(invoke("--against", "HEAD", "--junit", str(junit)),
+                       f"{junit}: cannot be written (no folder {junit.parent})")
+
+
 def test_markdown_renders_a_table_and_ends_with_the_summary(archive, tmp_path):
     path = tmp_path / "summary.md"
     result = across(archive, "base", "fused-10pct-slower", "--markdown", str(path))
@@ -326,7 +339,7 @@ def test_markdown_is_appended_as_a_ci_job_summary_expects(archive, tmp_path):
     (("RUN", "--absolute"), "--absolute and --allow-mismatch only go with --baseline"),
     (("--baseline", "RUN", "--candidate", "RUN", "--expect", "a faster than b in all"),
      "--expect checks one archive: give it as RUN"),
-    (("RUN", "--passes", "12"), "--passes only go with --against"),
+    (("RUN", "--passes", "12"), "--passes goes only with --against"),
     (("RUN", "--tolerance", "2"), "a bare number is a share and must be below 1 "
                                   "(for 2 percent write '2%')"),
     (("RUN", "--tolerance", "two"), "give a percentage such as '2%'"),

@@ -91,7 +91,7 @@ BAD = [
     ("unknown-mrope-layout", ("head_dim = 64", 'head_dim = 64\nmrope_layout = "zigzag"'),
      ["geometry[0] ('g'): mrope_layout must be one of"]),
     ("odd-head-dim", ("head_dim = 64", "head_dim = 63"),
-     ["geometry[0] ('g'): head_dim (head_dim 63) must be even"]),
+     ["geometry[0] ('g'): head_dim must be even and in [2, 512], got 63"]),
     ("rotary-over-head-dim", ("head_dim = 64", "head_dim = 64\nrotary_dim = 128"),
      ["geometry[0] ('g'): rotary_dim (128) must be even and in [2, head_dim=64]"]),
     ("mrope-section-sum", ("head_dim = 64", "head_dim = 64\nmrope_section = [8, 8, 8]"),
@@ -139,7 +139,7 @@ def test_overrides_leave_the_original_protocol_unchanged():
 @pytest.mark.parametrize(("override", "message"), [
     ({"schedule": "zigzag"}, "'timing.schedule' must be one of"),
     ({"isolation": "thread"}, "'timing.isolation' must be one of"),
-    ({"passes": 0}, "'timing.passes' must be >= 1"),
+    ({"passes": 0}, "'timing.passes' must be >= 1, got 0"),
     ({"passes": 8}, "'timing.passes' must be a multiple of 6 \\(every arm order equally "
                     "often\\), got 8"),
     ({"chunk": 1}, "'timing.chunk' must be >= 2"),
