@@ -146,3 +146,29 @@ def test_report_cli_is_compact_by_default_and_wide_on_request(smoke_sweep):
     assert "cand. share of copy BW" not in compact.stdout
     assert "cand. share of copy BW" in wide.stdout
     assert "tiny-4x2" in compact.stdout and "tiny-4x2" in wide.stdout
+
+
+def test_report_says_no_process_writes_a_run_that_stopped(one_pass, tmp_path):
+    path = tmp_path / "run.json"
+    path.write_bytes(one_pass.read_bytes())
+    result = CliRunner().invoke(app, ["report", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"note: no qkbench is writing {path}: its run stopped "
+                                    "before it was complete")
+
+
+def test_report_says_nothing_of_a_stop_while_the_run_holds_its_lock(one_pass, tmp_path):
+    from qkbench.lock import ArchiveLock
+
+    path = tmp_path / "run.json"
+    path.write_bytes(one_pass.read_bytes())
+    with ArchiveLock(path):
+        result = CliRunner().invoke(app, ["report", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.stderr
+
+
+def test_report_of_a_run_with_no_finished_pass_says_so(smoke_archive):
+    fresh = {**smoke_archive, "status": "running", "passes": [], "summary": None}
+    assert "no pass has finished yet: nothing to report" in report.header_lines(fresh)
+    assert report.tables(fresh) == []
