@@ -25,8 +25,9 @@ kernels alive for the whole process (``probes``):
 Interleaved among themselves, it times them after each step (``steps``; ``--steps`` picks
 and orders them, and may repeat one):
 - nothing, idle;
-- graphs of other kernels replayed: fused with PDL, a bf16 GEMM, a torch elementwise op, a
-  cell's same-bytes ``copy_``;
+- graphs of other kernels replayed: fused with PDL, a bf16 GEMM (cuBLAS), a Triton GEMM
+  of 128 KiB shared memory a program, a torch elementwise op, a cell's same-bytes
+  ``copy_``;
 - the allocator's cache emptied, 8 GiB allocated and freed;
 - new kernel variants compiled; other cells' graphs captured and destroyed;
 - a cell's verification; one whole cell as a pass runs it; a 256 MiB copy;
@@ -182,6 +183,35 @@ def gemm(device: torch.device, quick: bool) -> Callable[[], None]:
     return lambda: torch.mm(a, b, out=out)
 
 
+def triton_smem(device: torch.device, quick: bool) -> Callable[[], None]:
+    """A Triton GEMM whose 128 x 256 and 256 x 128 tiles take 128 KiB of shared memory a
+    program (131072 bytes in Triton 3.6's sm_90 build; past 48 KiB Triton asks the driver
+    to prefer shared memory for it): not torch's, but a shared-memory-heavy kernel, to
+    tell the carveout guess from one about torch's kernels."""
+    # Defined here, not at import: under the interpreter TRITON_INTERPRET is set by main.
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def smem_matmul(a_ptr, b_ptr, c_ptr, N: tl.constexpr, BLOCK: tl.constexpr,
+                    BK: tl.constexpr):
+        rm = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        rn = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BLOCK, BLOCK), tl.float32)
+        for k in range(0, N, BK):
+            a = tl.load(a_ptr + rm[:, None] * N + (k + rk)[None, :])
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+    n, block, bk = (32, 16, 16) if quick else (4096, 128, 256)
+    a, b = (torch.randn(n, n, device=device).to(torch.bfloat16) for _ in range(2))
+    out = torch.empty_like(a)
+    grid = (n // block, n // block)
+    return lambda: smem_matmul[grid](a, b, out, n, block, bk, num_warps=8, num_stages=1)
+
+
 def torch_elementwise(device: torch.device) -> Callable[[], None]:
     x = torch.randn(4096, device=device)
     return lambda: x.mul_(1.0)
@@ -279,6 +309,9 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
                 graph_of(lambda: fused_launch(device, quick, 1, 6, pdl=True), "pdl"), False),
         "gemm": ("a graph of a bf16 4096^3 GEMM replayed 20 times",
                  graph_of(lambda: gemm(device, quick), "gemm"), False),
+        "triton-smem": ("a graph of a Triton 4096^3 GEMM, 128 KiB shared memory a program, "
+                        "replayed 20 times",
+                        graph_of(lambda: triton_smem(device, quick), "triton-smem"), False),
         "torch-op": ("a graph of a torch elementwise op replayed 20 times",
                      graph_of(lambda: torch_elementwise(device), "torch-op"), False),
         "copy-graph": ("a cell's same-bytes copy_ graph replayed 20 times",
@@ -302,7 +335,8 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
 
 # The default order: the cheap setters first, each checked for a reset by PDL after it;
 # then what a pass does between cells; then the carveout.
-DEFAULT_STEPS = ("start", "again", "idle3", "pdl", "torch-op", "pdl", "gemm", "again", "pdl",
+DEFAULT_STEPS = ("start", "again", "idle3", "pdl", "triton-smem", "again", "pdl", "torch-op",
+                 "pdl", "gemm", "again", "pdl",
                  "copy-graph", "again", "pdl", "empty-cache", "alloc", "kernels", "graphs",
                  "verify", "cell", "copy", "idle10", "gemm", "prefer-l1", "gemm", "again")
 

@@ -150,6 +150,7 @@ def test_perf_tables_show_the_verdict_where_a_cell_did_not_resolve(tmp_path):
     synthetic_sweep(tiny_protocol("tables"), out, first_bias=0.05)  # identical, biased slot
     rows = [line.strip("| ").split(" | ")
             for line in script("perf_tables").table(out).splitlines()[4:]]
+    assert [row[1] for row in rows] == ["1", "3"]  # one row per cell
     assert all(row[3] in ("unstable", "unresolved") and row[5] == "-" for row in rows)
 
 
@@ -421,7 +422,7 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
         assert list(row["us"]) == list(probe.PROBES)
         assert all(us > 0 for us in row["us"].values())
     # The steps that replay a graph of their own report its per-call time.
-    graphs = {"pdl", "gemm", "torch-op", "copy-graph"}
+    graphs = {"pdl", "gemm", "triton-smem", "torch-op", "copy-graph"}
     assert all((row["step_us"] is not None) == (row["step"] in graphs) for row in rows)
 
 
