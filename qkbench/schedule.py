@@ -55,9 +55,10 @@ def sample_plan(arms: int, warmup: int, samples: int, schedule: str, chunk: int)
     seq: list[int] = []
     timed: list[bool] = []
     syncs: list[int] = []
-    rounds = 0
+    rounds, after_sync = 0, False
     for stream in streams:
-        got, r, after_sync = 0, 0, False
+        # after_sync carries over: a blocked arm's first round may follow a synchronisation.
+        got, r = 0, 0
         while got < samples:
             is_timed = r >= warmup and not after_sync
             seq += stream

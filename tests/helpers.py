@@ -32,6 +32,19 @@ def reseal(run: dict, key: bytes | None = None) -> dict:
     return run
 
 
+def primary_and_replacements(run: dict) -> tuple[list[dict], list[dict]]:
+    """A run's primary passes (one per order slot, in slot order) and the replacement
+    passes after them. A real clock on a loaded machine can drop a pass even past a loose
+    threshold, and replacing it is right: tests timing with it allow replacements."""
+    slots = run["protocol"]["resolved"]["timing"]["passes"]
+    passes = run["passes"]
+    assert [p["index"] for p in passes] == list(range(len(passes)))
+    primary, replacements = passes[:slots], passes[slots:]
+    assert [p["replaces"] for p in primary] == [None] * slots
+    assert all(p["replaces"] is not None for p in replacements)
+    return primary, replacements
+
+
 def assert_usage_error(result, *fragments: str) -> str:
     """Exit 2 (a usage or input error), one ``error:`` line on stderr holding each
     fragment, no traceback; returns the line."""

@@ -30,7 +30,7 @@ from qkbench.protocol import load, parse, shipped
 from qkbench.schedule import ARMS
 
 from conftest import interpreter_only
-from helpers import reseal
+from helpers import primary_and_replacements, reseal
 from synthetic import SyntheticBackend, synthetic_sweep
 
 CPU = torch.device("cpu")
@@ -40,8 +40,8 @@ KERNELS = Path(__file__).parent.parent / "kernels"
 
 def cheap(routes: list[str] | None = None):
     """The smoke protocol with fewer samples: the whole machinery, quickly. Its drop rule
-    is loose enough that only a failed pass is ever replaced here (the interpreter's clock
-    disagrees with itself by tens of percent)."""
+    is loose (the interpreter's clock disagrees with itself by tens of percent), yet a
+    loaded machine can still drop a pass: tests here allow its replacement."""
     return load("smoke").with_overrides(routes=routes, samples=3, warmup=0,
                                         drop_threshold=0.99)
 
@@ -66,10 +66,13 @@ def test_smoke_archive_audits_clean(smoke_archive):
 
 
 def test_smoke_archive_is_complete_with_every_pass_ok(smoke_archive):
+    primary, replacements = primary_and_replacements(smoke_archive)
+    passes = smoke_archive["passes"]
     assert smoke_archive["status"] == "complete"
-    assert [p["index"] for p in smoke_archive["passes"]] == list(range(6))
-    assert all(p["status"] == "ok" for p in smoke_archive["passes"])
-    assert smoke_archive["summary"]["passes"] == {"ok": 6, "failed": 0, "replacements": 0}
+    assert len(primary) == 6
+    assert all(p["status"] == "ok" for p in passes)
+    assert smoke_archive["summary"]["passes"] == {"ok": len(passes), "failed": 0,
+                                                  "replacements": len(replacements)}
 
 
 def test_every_comparison_in_the_archive_has_three_arms_in_its_pass_order(smoke_archive):
@@ -87,7 +90,7 @@ def test_smoke_passes_cover_all_six_arm_orders(smoke_archive):
 
 def test_each_pass_ran_in_its_own_process(smoke_archive):
     pids = [p["pid"] for p in smoke_archive["passes"]]
-    assert len(set(pids)) == 6
+    assert len(set(pids)) == len(pids) >= 6
     assert os.getpid() not in pids
 
 
@@ -308,14 +311,17 @@ def test_killed_pass_is_recorded_as_failed(crashed_run):
 
 
 def test_a_killed_pass_is_replaced_with_its_order_and_the_run_completes(crashed_run):
+    primary, replacements = primary_and_replacements(crashed_run)
     assert crashed_run["status"] == "complete"
-    assert [(p["index"], p["status"], p["replaces"]) for p in crashed_run["passes"]] == [
-        (0, "ok", None), (1, "failed", None), *((i, "ok", None) for i in range(2, 6)),
-        (6, "ok", 1)]
-    assert crashed_run["passes"][6]["order"] == crashed_run["passes"][1]["order"]
-    assert crashed_run["summary"]["passes"] == {"ok": 6, "failed": 1, "replacements": 1}
+    assert [p["status"] for p in primary] == ["ok", "failed", "ok", "ok", "ok", "ok"]
+    assert all(p["status"] == "ok" for p in replacements)
+    again = [p for p in replacements if p["replaces"] == 1]
+    assert again and again[0]["order"] == primary[1]["order"]
+    assert crashed_run["summary"]["passes"] == {
+        "ok": len(crashed_run["passes"]) - 1, "failed": 1, "replacements": len(replacements)}
     for cell in crashed_run["summary"]["comparisons"][0]["cases"]:
-        assert [s["used"] for s in cell["slots"]] == [0, 6, 2, 3, 4, 5]
+        assert all(s["status"] == "kept" for s in cell["slots"])
+        assert cell["slots"][1]["used"] in [p["index"] for p in again]
         assert cell["slots"][1]["failed"] == 1
 
 
@@ -386,7 +392,10 @@ def test_resume_finishes_an_interrupted_run_without_repeating_finished_passes(
     runner.sweep(cheap(), CPU, path, resume=True,
                  events=runner.Events(pass_started=lambda index, total: started.append(index)))
     after = archives.read(path)
-    assert started == [1, 2, 3, 4, 5]
+    assert started[:5] == [1, 2, 3, 4, 5]
+    # Anything after the primary passes replaces a pass the real clock dropped.
+    _, replacements = primary_and_replacements(after)
+    assert started[5:] == [p["index"] for p in replacements]
     assert after["status"] == "complete"
     assert after["passes"][0] == before["passes"][0]  # same pid, start time, samples
     assert after["passes"][1]["index"] == 1
@@ -423,7 +432,8 @@ def test_a_case_that_was_not_measured_is_reported_as_invalid(smoke_archive):
     edited["passes"][3]["cases"][0] = {"key": case["key"], "case": case["case"],
                                        "error": "CUDA out of memory"}
     assert report.invalid(edited) == [
-        "case tiny-4x2/T1 was not measured: CUDA out of memory (in 1 of 6 passes)"]
+        "case tiny-4x2/T1 was not measured: CUDA out of memory "
+        f"(in 1 of {len(edited['passes'])} passes)"]
     assert report.invalid(smoke_archive) == []
 
 
@@ -485,8 +495,11 @@ def test_csv_export_has_a_header_and_one_row_per_timed_sample(smoke_archive, tmp
     lines = out.read_text().splitlines()
     assert lines[0] == "pass,case,comparison,arm,route,sample,seconds"
     timing = smoke_archive["protocol"]["resolved"]["timing"]
-    # 6 passes x 2 cases x 1 comparison x 3 arms x the protocol's samples
-    assert len(lines) - 1 == export.sample_count(smoke_archive) == 6 * 2 * 3 * timing["samples"]
+    # Each pass's cases (2; a replacement pass only those it replaces) x 1 comparison
+    # x 3 arms x the protocol's samples
+    cases = sum(len(p["cases"]) for p in smoke_archive["passes"])
+    assert cases >= 6 * 2
+    assert len(lines) - 1 == export.sample_count(smoke_archive) == cases * 3 * timing["samples"]
     assert f"wrote {len(lines) - 1} samples to {out}" in result.stderr
 
 

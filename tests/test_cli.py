@@ -205,7 +205,9 @@ def test_verify_says_wrong_in_words_and_exits_1(fake_routes):
     result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route", "split",
                     "--route", "fake_routes:off_by_a_little")
     assert result.exit_code == 1
-    for line in result.stdout.splitlines():
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["tiny-4x2/T1", "tiny-4x2/T4"]
+    for line in lines:
         assert "split ok (" in line and "fake_routes:off_by_a_little WRONG (oracle error" in line
     assert "verify failed: 2 route check(s) WRONG" in result.stderr
 
@@ -215,7 +217,9 @@ def test_verify_says_n_s_for_an_unsupported_case_and_exits_0(fake_routes):
     result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route", "split",
                     "--route", "fake_routes:supports_nothing")
     assert result.exit_code == 0, result.output
-    for line in result.stdout.splitlines():
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["tiny-4x2/T1", "tiny-4x2/T4"]
+    for line in lines:
         assert "fake_routes:supports_nothing n/s (this fake peer supports no case)" in line
     assert "2 check(s) n/s" in result.stderr
 
@@ -299,15 +303,37 @@ def test_resume_of_a_directory_fails_in_one_line(tmp_path):
 
 def test_piped_sweep_prints_one_line_per_finished_pass(smoke_sweep, smoke_archive):
     _, result = smoke_sweep
-    pattern = re.compile(r"pass (\d)/6: order (\S+ \S+ \S+); elapsed [\d.ms]+; "
+    pattern = re.compile(r"(?:pass (\d)/6|replacement pass \d+ \(slot \d, \d case\(s\)\)): "
+                         r"order (\S+ \S+ \S+); elapsed [\d.ms]+; "
                          r"drops so far (\d+) of (\d+) \(pass, case\)")
-    found = [pattern.fullmatch(line) for line in result.stderr.splitlines()]
-    found = [m for m in found if m]
-    assert [int(m[1]) for m in found] == [1, 2, 3, 4, 5, 6]
+    found = [m for line in result.stderr.splitlines() if (m := pattern.fullmatch(line))]
+    # One line per pass, in order: the six primary passes, then any replacement of a pass
+    # the real clock dropped on a loaded machine.
     assert [m[2].split() for m in found] == [p["order"] for p in smoke_archive["passes"]]
-    assert [int(m[4]) for m in found] == [2, 4, 6, 8, 10, 12]  # two cases a pass
+    assert [int(m[1]) for m in found[:6]] == [1, 2, 3, 4, 5, 6]
+    assert [int(m[4]) for m in found[:6]] == [2, 4, 6, 8, 10, 12]  # two cases a pass
     drops = smoke_archive["summary"]["comparisons"][0]["drops"]
     assert (int(found[-1][3]), int(found[-1][4])) == (drops["dropped"], drops["total"])
+
+
+@interpreter_only
+def test_verify_checks_a_single_route():
+    result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route", "split")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["tiny-4x2/T1: split ok",
+                                                       "tiny-4x2/T4: split ok"]
+
+
+def test_resume_of_a_complete_archive_measures_and_writes_nothing(smoke_sweep, tmp_path):
+    path, _ = smoke_sweep
+    copy = tmp_path / "done.json"
+    copy.write_bytes(path.read_bytes())
+    result = invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--resume", "--out",
+                    str(copy))
+    assert result.exit_code == 0, result.output
+    assert "resume: the archive is complete already; nothing was measured" in result.stderr
+    assert copy.read_bytes() == path.read_bytes()
 
 
 def test_env_on_cpu_shows_kernel_hashes_as_a_table_and_no_graph(monkeypatch):

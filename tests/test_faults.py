@@ -30,7 +30,7 @@ from qkbench.errors import ArchiveError, ProtocolError
 from qkbench.lock import alive, lock_path
 from qkbench.protocol import load, parse
 
-from helpers import reseal
+from helpers import primary_and_replacements, reseal
 
 CPU = torch.device("cpu")
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -308,10 +308,13 @@ def test_a_hung_pass_is_ended_and_recorded_as_timed_out(timed_out):
 
 def test_a_timed_out_pass_is_replaced_with_its_order_and_the_run_completes(timed_out):
     run = timed_out.run
+    primary, replacements = primary_and_replacements(run)
     assert run["status"] == "complete"
-    assert [(p["index"], p["status"], p["replaces"]) for p in run["passes"]] == [
-        (0, "failed", None), *((i, "ok", None) for i in range(1, 6)), (6, "ok", 0)]
-    assert run["passes"][6]["order"] == run["passes"][0]["order"]
+    assert [p["status"] for p in primary] == ["failed", "ok", "ok", "ok", "ok", "ok"]
+    assert all(p["status"] == "ok" for p in replacements)
+    # The first replacement is the hung pass's (its slot is the lowest open one); more may
+    # follow where the real clock dropped a pass.
+    assert (replacements[0]["replaces"], replacements[0]["order"]) == (0, primary[0]["order"])
     assert examine(run).problems == []
 
 
@@ -477,7 +480,9 @@ def test_resume_with_allow_code_change_records_which_passes_ran_what(changed_tre
     run = t.run
     assert run["status"] == "complete"
     assert run["environment"]["code"]["commit"] == t.before  # the run's start, kept
-    assert [p["code"]["commit"] for p in run["passes"]] == [t.before] + [t.after] * 5
+    primary_and_replacements(run)  # replacements of dropped passes run the new code too
+    assert [p["code"]["commit"] for p in run["passes"]] == (
+        [t.before] + [t.after] * (len(run["passes"]) - 1))
     fused = {p["code"]["kernels_sha256"]["fused.py"] for p in run["passes"][1:]}
     assert fused != {run["environment"]["kernels_sha256"]["fused.py"]} and len(fused) == 1
     (resumed,) = run["resumed"]
@@ -489,8 +494,9 @@ def test_report_and_audit_show_which_passes_ran_what(changed_tree):
     t = changed_tree
     found = examine(t.run)
     assert found.problems == []
-    other = (f"code: passes 1-5 ran other code (git commit {t.before[:12]} -> {t.after[:12]}; "
-             "kernels/fused.py ")
+    last = t.run["passes"][-1]["index"]  # 5, or past it where a dropped pass was replaced
+    other = (f"code: passes 1-{last} ran other code (git commit {t.before[:12]} -> "
+             f"{t.after[:12]}; kernels/fused.py ")
     assert "code: passes 0 ran the code the run started with" in found.notes
     assert any(n.startswith(other) for n in found.notes)
     report = CliRunner().invoke(app, ["report", str(t.out)])

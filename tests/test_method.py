@@ -11,7 +11,7 @@ from statistics import median
 import pytest
 import torch
 
-from qkbench.schedule import ARMS
+from qkbench.schedule import ARMS, sample_plan
 
 from conftest import interpreter_only
 from synthetic import SyntheticBackend, synthetic_sweep, tiny_protocol
@@ -90,6 +90,15 @@ def test_every_comparison_times_a_baseline_a_candidate_and_the_baseline_again(me
 
 
 # -- identical code is never called faster or slower ----------------------------------------
+
+
+def test_identical_routes_on_a_perfectly_quiet_clock_are_unresolved(measure):
+    # Every delta and null is exactly 0, so each delta lies on the width itself: neither
+    # side of the verdict rule may count a delta equal to the width as beyond it.
+    for cell in comparison(measure(effect=0.0, noise=0.0))["cases"]:
+        e = cell["effect"]
+        assert (e["kept"], e["estimate"], e["width"]) == (6, 0.0, 0.0)
+        assert e["verdict"] == "unresolved"
 
 
 @pytest.mark.parametrize("bias", [0.05, -0.02], ids=["first-slot-plus-5pct",
@@ -238,14 +247,30 @@ def test_blocked_schedule_shows_a_drifting_clock_in_the_null_arm(measure):
 
 
 def test_no_arm_systematically_follows_a_synchronisation(measure):
-    # Every sample right after a host sync is 30 % slow, and a sync comes every 3 rounds
-    # (a multiple of the arm count, which used to hit the same arm every time): the round
-    # after each sync is discarded, so the identical arms agree and nothing is resolved.
-    comp = comparison(measure(after_sync=0.3, timing={"chunk": 3}))
+    # Every sample right after a host sync is 30 % slow, and a sync comes every 2 rounds:
+    # half the samples of the order's first arm would follow one, enough to move its
+    # median (every 3 rounds a third would, and the median hid them). The round after
+    # each sync is discarded, so the identical arms agree and nothing is resolved.
+    comp = comparison(measure(after_sync=0.3, timing={"chunk": 2}))
     assert comp["drops"]["dropped"] == 0
     for cell in comp["cases"]:
         assert cell["effect"]["verdict"] == "unresolved"
         assert abs(cell["effect"]["estimate"]) < 0.001
+
+
+@pytest.mark.parametrize(("schedule", "chunk", "warmup"), [
+    ("interleaved", 2, 2), ("interleaved", 3, 2), ("blocked", 2, 2), ("blocked", 3, 2),
+    # No warm-up: a blocked arm's first round may itself follow a synchronisation.
+    ("interleaved", 2, 0), ("blocked", 2, 0), ("blocked", 3, 0)])
+def test_the_round_after_every_synchronisation_is_not_timed(schedule, chunk, warmup):
+    # The tiny protocol's samples; a round is one sample of each arm in turn (interleaved)
+    # or one sample (blocked).
+    plan = sample_plan(len(ARMS), warmup, 30, schedule, chunk)
+    round_len = len(ARMS) if schedule == "interleaved" else 1
+    followed = [p for p in plan.sync_after if p + 1 < len(plan.arms)]
+    assert followed  # syncs inside the plan, not only the final one
+    for p in followed:
+        assert not any(plan.timed[p + 1:p + 1 + round_len]), f"timed after the sync at {p}"
 
 
 # -- telemetry -----------------------------------------------------------------------------

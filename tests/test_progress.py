@@ -23,7 +23,10 @@ def test_a_case_whose_null_exceeds_the_threshold_is_counted_as_dropped():
 
 
 def test_a_case_at_the_threshold_is_kept():
-    assert pass_drops(_pass([0.0099]), threshold=0.01) == (0, 1)
+    # Dyadic numbers: A' at 1 + 2**-7 over A at 1.0 gives a null of exactly 2**-7.
+    null = 2.0**-7
+    assert (1.0 + null) / 1.0 - 1.0 == null
+    assert pass_drops(_pass([null]), threshold=null) == (0, 1)
 
 
 def test_an_invalid_comparison_is_not_counted():

@@ -212,9 +212,34 @@ def test_split_route_is_rms_norm_then_rope(device):
     q = rms_norm(inputs.q, inputs.q_weight, **norm)
     k = rms_norm(inputs.k, inputs.k_weight, **norm)
     rope(q, k, inputs.positions, inputs.cos_sin_cache, rotary_dim=opts["rotary_dim"])
-    fq, fk = inputs.call(qk_norm_rope, inplace=False)
-    assert_bit_identical(fq, q, "q")
-    assert_bit_identical(fk, k, "k")
+    sq, sk = inputs.call(qk_norm_rope_split, inplace=False)
+    assert_bit_identical(sq, q, "q")
+    assert_bit_identical(sk, k, "k")
+
+
+# Each dtype the kernels take, with the integer type of its width (to step its bits).
+INT_OF = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+FLOAT_DTYPES = pytest.mark.parametrize("dtype", INT_OF, ids=lambda d: str(d).split(".")[-1])
+
+
+@FLOAT_DTYPES
+def test_exactness_check_rejects_a_single_one_ulp_difference(dtype):
+    # One element of 4096 (0.02 %) one ulp off: neither a tolerance nor an allowed share
+    # of differing elements may let it through.
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(dtype)
+    y = x.clone()
+    y.view(INT_OF[dtype])[1234] += 1  # the next representable value away from zero
+    assert y[1234] != x[1234]
+    assert_bit_identical(x, x.clone(), "copy")
+    with pytest.raises(AssertionError):
+        assert_bit_identical(x, y, "one ulp")
+
+
+@FLOAT_DTYPES
+def test_exactness_compares_bit_patterns_so_minus_zero_differs_from_zero(dtype):
+    plus, minus = torch.tensor([0.0], dtype=dtype), torch.tensor([-0.0], dtype=dtype)
+    assert plus == minus  # equal values, other bits
+    assert differing_share(plus, minus) == 1.0
 
 
 # 1 ppm is about 1/7800 of a bf16 ulp (2**-7 relative) and about 8 fp32 ulps.
