@@ -193,7 +193,7 @@ def sweep(
             routes=route, passes=passes, warmup=warmup, samples=samples, inner_reps=inner_reps,
             schedule=schedule, isolation=isolation, drop_threshold=threshold, cache=cache,
             pass_timeout=pass_timeout)
-        from qkbench import report
+        from qkbench import report, runner
 
         path = archive_path(out_path, proto.name, resume)
         run = _swept(proto, dev, path, resume, allow_code_change)
@@ -201,6 +201,10 @@ def sweep(
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
         problems = []
+        if run["status"] != "complete":
+            problems.append(f"the sweep stopped after its first pass: "
+                            f"{', '.join(sorted(runner.hopeless(proto, run['passes'][0])))} "
+                            "invalid on every case, so no comparison could give a verdict")
         if failed:
             problems.append(f"{len(failed)} of {proto.timing.passes} passes failed "
                             f"(passes {failed}; their output is in the archive)")

@@ -267,6 +267,26 @@ def _differing(a, b, path: str = "") -> list[tuple[str, object, object]]:
     return [] if a == b else [(path, a, b)]
 
 
+def broken_routes(result: dict) -> set[str]:
+    """The routes a pass found invalid (raised, or off the oracle or their exactness group;
+    not merely unsupported) on every case it verified."""
+    checks = [c["verification"] for c in result.get("cases", []) if "verification" in c]
+    bad = [{name for name, check in v.items() if not check.get("ok") and "unsupported" not in check}
+           for v in checks]
+    return set.intersection(*bad) if bad else set()
+
+
+def hopeless(protocol: Protocol, result: dict) -> set[str]:
+    """The routes that make a run hopeless after ``result``: where a route of every
+    comparison was invalid on every case it verified, no pass can give any verdict (empty
+    otherwise)."""
+    broken = broken_routes(result)
+    if broken and all(protocol.baseline in broken or candidate in broken
+                      for candidate in protocol.candidates):
+        return broken
+    return set()
+
+
 def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
           command: list[str] | None = None, backend: Backend | None = None,
           events: Events | None = None, allow_code_change: bool = False,
@@ -333,6 +353,9 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         for index in range(t.passes):
             if index not in done:
                 measure(job_for(protocol, index, device))
+                # Nothing valid can come of more passes: stop, the archive still running.
+                if index == 0 and hopeless(protocol, run["passes"][0]):
+                    return run
         run["summary"] = summarize(run)
         # Each round replaces every open slot once; a slot's attempts are bounded by retries.
         while slots := open_slots(run["summary"]):

@@ -320,14 +320,14 @@ def test_verification_edited_to_ok_is_caught(tmp_path, monkeypatch):
     run = archives.read(path)
     assert audit(run) == []
     edited = copy.deepcopy(run)
-    check = edited["passes"][2]["cases"][0]["verification"][route]
+    check = edited["passes"][0]["cases"][0]["verification"][route]
     assert check["ok"] is False and check["differing_share"] > 0
     check["ok"] = True
     problems = audit(reseal(edited))
-    assert (f"pass 2 tiny-2x1/T1: verification of {route} says ok=True, but its recorded errors "
+    assert (f"pass 0 tiny-2x1/T1: verification of {route} says ok=True, but its recorded errors "
             "give ok=False") in problems
     # The same edit made to the comparison too (invalid -> timed) cannot produce arms.
-    assert any(p.startswith(f"pass 2 tiny-2x1/T1 split -> {route}: invalid routes")
+    assert any(p.startswith(f"pass 0 tiny-2x1/T1 split -> {route}: invalid routes")
                for p in problems)
 
 

@@ -97,3 +97,26 @@ def test_compiled_is_torch_compile_of_the_plain_op_checked_against_the_oracle_on
     assert compiled.exact_group is None and compiled.traffic is None
     report = verify([resolve("fused"), compiled], inputs, geometry.inplace)
     assert report["compiled"]["ok"] and "exact_with" not in report["compiled"]
+
+
+def _verified(*cases: dict) -> dict:
+    return {"cases": [{"key": f"c{i}", "verification": v} for i, v in enumerate(cases)]}
+
+
+OK, BAD, NS = {"ok": True}, {"ok": False, "error": "raised"}, {"ok": False, "unsupported": "x"}
+
+
+def test_a_run_is_hopeless_only_when_every_comparison_has_a_route_invalid_everywhere():
+    from types import SimpleNamespace
+
+    from qkbench.runner import hopeless
+
+    one = SimpleNamespace(baseline="split", candidates=("bad",))
+    two = SimpleNamespace(baseline="split", candidates=("fused", "bad"))
+    everywhere = _verified({"split": OK, "fused": OK, "bad": BAD},
+                           {"split": OK, "fused": OK, "bad": BAD})
+    assert hopeless(one, everywhere) == {"bad"}
+    assert hopeless(two, everywhere) == set()  # split -> fused can still give verdicts
+    assert hopeless(one, _verified({"split": OK, "bad": BAD}, {"split": OK, "bad": OK})) == set()
+    assert hopeless(one, _verified({"split": OK, "bad": NS}, {"split": OK, "bad": BAD})) == set()
+    assert hopeless(one, {"cases": [{"key": "c0", "error": "out of memory"}]}) == set()
