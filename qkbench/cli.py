@@ -76,6 +76,8 @@ def _fail(e: QkbenchError) -> None:
 
 PROTOCOLS = "(default: the protocol's)"
 TIMING = timing(PROTOCOLS)
+# A CPU sweep this many times the smoke protocol's launches or more gets a warning first.
+CPU_HEAVY = 20
 
 
 def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Path:
@@ -196,6 +198,13 @@ def sweep(
         from qkbench import report, runner
 
         path = archive_path(out_path, proto.name, resume)
+        if dev.type == "cpu":
+            heavier = proto.launches() / _protocol("smoke", dev).launches()
+            if heavier > CPU_HEAVY:
+                err.print(f"note: {proto.name} on the CPU times {proto.launches():,} kernel "
+                          f"launches in the Triton interpreter, {heavier:,.0f}x the smoke "
+                          "protocol's (minutes here): hours or days; Ctrl-C keeps the "
+                          "finished passes", highlight=False, soft_wrap=True)
         run = _swept(proto, dev, path, resume, allow_code_change)
         out.print(report.as_rich(run), soft_wrap=not out.is_terminal)
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)

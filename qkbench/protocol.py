@@ -110,6 +110,13 @@ class Protocol:
     def candidates(self) -> tuple[str, ...]:
         return self.routes[1:]
 
+    def launches(self) -> int:
+        """The kernel launches the primary passes time (warm-ups included): per pass, case
+        and comparison three arms of (warmup + samples) graph replays of inner_reps."""
+        t = self.timing
+        return (t.passes * len(self.cases()) * len(self.candidates) * 3
+                * (t.warmup + t.samples) * t.inner_reps)
+
     def cases(self) -> list[Case]:
         return [Case(g, t, self.dtype, self.table_dtype, self.positions_dtype,
                      self.max_position, self.eps)

@@ -265,6 +265,24 @@ def test_any_other_out_is_a_folder_that_gets_a_dated_archive(tmp_path, name):
     assert re.fullmatch(r"\d{8}-\d{6}-smoke\.json\.gz", path.name), path.name
 
 
+@pytest.mark.parametrize(("protocol", "warned"), [("text-decode", True), ("smoke", False)])
+def test_a_heavy_protocol_on_the_cpu_is_announced_before_it_runs(tmp_path, monkeypatch,
+                                                                  protocol, warned):
+    from qkbench import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "sweep", interrupted)
+    result = invoke("sweep", "--protocol", protocol, "--device", "cpu", "--out",
+                    str(tmp_path / "run.json"))
+    if warned:
+        assert ("note: text-decode on the CPU times 2,787,840 kernel launches in the Triton "
+                "interpreter, 5,531x the smoke protocol's") in result.stderr, result.stderr
+    else:
+        assert "note:" not in result.stderr, result.stderr
+
+
 def test_ctrl_c_names_the_real_archive_path_and_how_to_resume(tmp_path, monkeypatch):
     from qkbench import runner
 
