@@ -200,7 +200,8 @@ def test_a_value_that_would_fail_at_run_time_is_refused_at_load(tmp_path, edit, 
 
 def test_the_largest_token_count_under_both_bounds_loads():
     # bf16 q of (2 heads x 64) at 2^24 - 1 tokens: just under 2^31 elements and 6 GiB.
-    assert parse(VALID.replace("tokens = [1, 4]", f"tokens = [{2**24 - 1}]")).tokens
+    assert parse(VALID.replace("tokens = [1, 4]", f"tokens = [{2**24 - 1}]")).tokens == (
+        2**24 - 1,)
 
 
 # -- a path is a path, a bare name is a shipped protocol -------------------------------------
