@@ -104,7 +104,7 @@ def test_a_planted_10pct_slowdown_of_the_candidate_fails_naming_every_case(archi
     ("wide", "wide-0.4pct-slower", 0, "unresolved"),
     ("base", "0.4pct-slower", 1, "slower"),
 ], ids=["inside-the-widths-passes", "the-same-change-on-a-narrow-instrument-fails"])
-def test_a_change_inside_the_two_runs_widths_passes(archive, a, b, code, verdict):
+def test_a_change_passes_only_inside_the_two_runs_widths(archive, a, b, code, verdict):
     # Tolerance 0: only the instruments' widths stand between a 0.4 % change and a failure.
     result = across(archive, a, b, "--tolerance", "0%")
     assert result.exit_code == code, result.output
@@ -367,7 +367,16 @@ def test_a_slower_case_whose_interval_reaches_into_the_tolerance_passes():
     result, reason = rules.decide("slower", 0.015, 0.02)
     assert result == "pass"
     assert reason == "slower, but its interval reaches +1.5 %, within the 2.0 % tolerance"
+
+
+def test_a_slower_case_whose_whole_interval_is_past_the_tolerance_regresses():
     assert rules.decide("slower", 0.025, 0.02)[0] == "regressed"
+
+
+def test_a_case_a_route_does_not_support_is_not_judged():
     assert rules.decide("n/s", None, 0.02)[0] == "n/s"
-    with pytest.raises(GateError):
+
+
+def test_an_expectation_without_a_scope_is_refused():
+    with pytest.raises(GateError, match="fused faster than split"):
         rules.parse_expectation("fused faster than split")
