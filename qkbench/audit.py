@@ -46,7 +46,7 @@ from qkbench.case import DTYPES, Case, Inputs
 from qkbench.errors import ArchiveError, QkbenchError
 from qkbench.protocol import Protocol, rebuild
 from qkbench.schedule import MAX_PADDING_BYTES, order_of, placement_seed, sample_plan
-from qkbench.summary import OPEN, PENDING, current, open_slots, summarize
+from qkbench.summary import MALFORMED, OPEN, PENDING, current, open_slots, summarize
 
 LEGACY_NOTE = {
     1: "schema 1 archive: audited by what it has (pass digests, the protocol, structure, "
@@ -97,7 +97,7 @@ def examine(archive: dict, key: bytes | None = None) -> Findings:
     rules = legacy.summarize if schema == 1 else summarize
     try:
         recomputed = as_stored(rules(archive))
-    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+    except MALFORMED as e:
         found.problems.append(f"summary: cannot be recomputed from the passes "
                               f"({type(e).__name__}: {e})")
         return found

@@ -18,12 +18,13 @@ PLANTED_EVERY = (32, 8)
 
 def default_planted(inner_reps: int) -> tuple[int, ...]:
     """``PLANTED_EVERY`` where both divide ``inner_reps`` (the shipped GPU protocols' 32);
-    else one extra call a replay, and one a quarter replay where that divides it too (the
-    CPU's smoke protocol replays 2 launches: +50 %)."""
+    else one extra call a replay, and one a quarter replay where 4 divides it (the CPU's
+    smoke protocol replays 2 launches: +50 %)."""
     if all(inner_reps % n == 0 for n in PLANTED_EVERY):
         return PLANTED_EVERY
-    return tuple(n for n in dict.fromkeys((inner_reps, inner_reps // 4))
-                 if n >= 1 and inner_reps % n == 0)
+    return (inner_reps, inner_reps // 4) if inner_reps % 4 == 0 else (inner_reps,)
+
+
 VERDICTS = ("faster", "slower")
 
 

@@ -76,7 +76,7 @@ def _fail(e: QkbenchError) -> None:
 
 PROTOCOLS = "(default: the protocol's)"
 TIMING = timing(PROTOCOLS)
-# A CPU sweep this many times the smoke protocol's launches or more gets a warning first.
+# A CPU sweep of more than this many times the smoke protocol's timed calls is announced.
 CPU_HEAVY = 20
 
 
@@ -93,7 +93,8 @@ def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Pat
             raise QkbenchError(f"--resume needs --out to name an archive file; {out_path} "
                                "is a directory")
         return out_path
-    if out_path is not None and out_path.suffix in (".json", ".gz") and not out_path.is_dir():
+    if (out_path is not None and out_path.suffix.lower() in (".json", ".gz")
+            and not out_path.is_dir()):
         return out_path
     name = f"{time.strftime('%Y%m%d-%H%M%S')}-{protocol_name}{SUFFIX}"
     return (out_path or Path("results")) / name
@@ -199,10 +200,10 @@ def sweep(
 
         path = archive_path(out_path, proto.name, resume)
         if dev.type == "cpu":
-            heavier = proto.launches() / _protocol("smoke", dev).launches()
+            heavier = proto.timed_calls() / _protocol("smoke", dev).timed_calls()
             if heavier > CPU_HEAVY:
-                err.print(f"note: {proto.name} on the CPU times {proto.launches():,} kernel "
-                          f"launches in the Triton interpreter, {heavier:,.0f}x the smoke "
+                err.print(f"note: {proto.name} on the CPU makes {proto.timed_calls():,} timed "
+                          f"route calls in the Triton interpreter, {heavier:,.0f}x the smoke "
                           "protocol's (minutes here): hours or days; Ctrl-C keeps the "
                           "finished passes", highlight=False, soft_wrap=True)
         run = _swept(proto, dev, path, resume, allow_code_change)
@@ -210,10 +211,9 @@ def sweep(
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
         problems = []
-        if run["status"] != "complete":
-            problems.append(f"the sweep stopped after its first pass: "
-                            f"{', '.join(sorted(runner.hopeless(proto, run['passes'][0])))} "
-                            "invalid on every case, so no comparison could give a verdict")
+        reason = runner.stopped(proto, run)
+        if reason:
+            problems.append(reason)
         if failed:
             problems.append(f"{len(failed)} of {proto.timing.passes} passes failed "
                             f"(passes {failed}; their output is in the archive)")
@@ -244,7 +244,8 @@ def calibrate(
     planted: Annotated[list[int] | None, typer.Option(
         help="repeat: plant one extra call of the route every N launches, +1/N of its own "
              "work; N must divide the protocol's inner_reps (default: 32 and 8, +3.1 % and "
-             "+12.5 %, where they divide it, else inner_reps and a quarter of it)",
+             "+12.5 %, where they divide it, else inner_reps, and a quarter of it where 4 "
+             "divides it)",
         show_default=False)] = None,
     device: DeviceOpt = "auto",
     passes: TIMING.passes = None,
@@ -271,7 +272,7 @@ def calibrate(
                                "calibration)")
         # The device first: on the CPU the kernels must be imported under the interpreter.
         dev = None if aa is not None else _device(device)
-        from qkbench import calibration, report
+        from qkbench import calibration, report, runner
         from qkbench.audit import read_checked
 
         if aa is not None:
@@ -288,6 +289,9 @@ def calibrate(
                     f"{stamp}-{proto.name}-calibrate-{kind}.json.gz")
                 runs[kind] = _swept(p, dev, path)
                 err.print(f"archive ({kind}): {path}", highlight=False, soft_wrap=True)
+                reason = runner.stopped(p, runs[kind])
+                if reason:
+                    raise QkbenchError(f"calibrate ({kind} run): {reason}")
         result = calibration.summarize(runs["aa"], runs["planted"])
         out.print(report.Fitted(report.calibration_table(result)))
         line = calibration.summary_line(result)
@@ -318,16 +322,17 @@ def report_cmd(
         from qkbench import report
         from qkbench.audit import read_checked
         from qkbench.lock import held
+        from qkbench.runner import resumable
         from qkbench.summary import current
 
         if format not in ("rich", "markdown", "json"):
             raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
         run = read_checked(archive)
         if run["status"] == "running" and not held(archive):
+            how = (f"; qkbench sweep --resume --out {archive} (with the --protocol and "
+                   "overrides it was started with) continues it" if resumable(run) else "")
             err.print(f"note: no qkbench is writing {archive}: its run stopped before it was "
-                      f"complete; qkbench sweep --resume --out {archive} (with the --protocol "
-                      "and overrides it was started with) continues it",
-                      highlight=False, soft_wrap=True)
+                      f"complete{how}", highlight=False, soft_wrap=True)
         if format == "rich":
             out.print(report.as_rich(run, wide=wide), soft_wrap=not out.is_terminal)
         elif format == "markdown":

@@ -49,9 +49,9 @@ Exit codes:
   0  pass
   1  a case regressed, or an expectation was not met
   2  usage or input error: a bad option, an unknown ref, kernels that
-     cannot be imported, archives that cannot be compared, a malformed
-     --expect
-  3  more inconclusive cases than --max-inconclusive
+     cannot be imported, archives that cannot be compared, an archive
+     refused on reading (edited, damaged or malformed), a malformed --expect
+  3  more inconclusive cases than --max-inconclusive, or no case judged
 """
 
 TIMING = timing("(--against only; default: the protocol's)")
@@ -185,7 +185,7 @@ def _read(path: Path, flag: str) -> dict:
     from qkbench.audit import read_checked
 
     run = read_checked(path)
-    if run.get("summary") is None:
+    if not run["passes"]:
         raise GateError(f"{flag} {path}: no pass finished, so it has no summary")
     return run
 

@@ -49,18 +49,19 @@ def alive(pid: int) -> bool:
 
 
 def held(archive: Path) -> bool:
-    """Whether a sweep or resume is writing ``archive`` now (its lock is held)."""
+    """Whether a sweep or resume is writing ``archive`` now: a lock file whose manager or
+    worker still runs (read, not locked, so a writer starting this instant is never
+    refused for it). A lock file that cannot be read says held, to be safe."""
     try:
-        fd = os.open(lock_path(Path(archive)), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        record = json.loads(lock_path(Path(archive)).read_text())
+    except FileNotFoundError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
+    except (OSError, ValueError):
         return True
-    finally:
-        os.close(fd)
-    return False
+    if not isinstance(record, dict):
+        return True
+    pids = [record.get("manager"), record.get("worker")]
+    return any(isinstance(pid, int) and alive(pid) for pid in pids)
 
 
 class ArchiveLock:

@@ -110,9 +110,10 @@ class Protocol:
     def candidates(self) -> tuple[str, ...]:
         return self.routes[1:]
 
-    def launches(self) -> int:
-        """The kernel launches the primary passes time (warm-ups included): per pass, case
-        and comparison three arms of (warmup + samples) graph replays of inner_reps."""
+    def timed_calls(self) -> int:
+        """The route calls the primary passes time (warm-ups included; a call is one to
+        three kernel launches): per pass, case and comparison three arms of (warmup +
+        samples) graph replays of inner_reps."""
         t = self.timing
         return (t.passes * len(self.cases()) * len(self.candidates) * 3
                 * (t.warmup + t.samples) * t.inner_reps)

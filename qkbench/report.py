@@ -10,6 +10,7 @@ from rich.text import Text
 from qkbench.audit import code_lines
 from qkbench.neighbours import SMALL_TOKENS, baseline_beside
 from qkbench.summary import current
+from qkbench.verify import status_word
 
 CPU_NOTE = ("Measured on the CPU: the Triton routes ran in the interpreter, so these figures "
             "say nothing about GPU kernels; they only exercise the method.")
@@ -76,7 +77,7 @@ def header_lines(archive: dict) -> list[str]:
         f"passes ok {passes['ok']}, failed {passes['failed']}, "
         f"replacements {passes.get('replacements', 0)}",
     ]
-    if archive["summary"] is None:
+    if not archive["passes"]:
         lines.append("no pass has finished yet: nothing to report")
     if archive.get("schema_version") == 1:
         lines.append(SCHEMA_1_NOTE)
@@ -245,7 +246,7 @@ def invalid(archive: dict) -> list[str]:
             else:
                 problems = {(name, c["key"]): route_problem(name, c["key"], check)
                             for name, check in c.get("verification", {}).items()
-                            if not check.get("ok") and "unsupported" not in check}
+                            if status_word(check) == "WRONG"}
             for where, sentence in problems.items():
                 found.setdefault(where, (sentence, []))[1].append(p["index"])
     return [f"{sentence} (in {len(passes)} of {len(measured)} passes)"

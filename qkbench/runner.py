@@ -40,10 +40,11 @@ from qkbench import env, lifeline, seal
 from qkbench.backends import Backend
 from qkbench.errors import ArchiveError
 from qkbench.lock import ArchiveLock, alive
-from qkbench.protocol import Protocol
+from qkbench.protocol import Protocol, rebuild
 from qkbench.routes import resolve
 from qkbench.schedule import order_of
 from qkbench.summary import open_slots, summarize
+from qkbench.verify import status_word
 from qkbench.worker import PROGRESS, pass_header
 
 # A pass's folder (its job and result files) in the temporary directory: the manager's
@@ -271,8 +272,7 @@ def broken_routes(result: dict) -> set[str]:
     """The routes a pass found invalid (raised, or off the oracle or their exactness group;
     not merely unsupported) on every case it verified."""
     checks = [c["verification"] for c in result.get("cases", []) if "verification" in c]
-    bad = [{name for name, check in v.items() if not check.get("ok") and "unsupported" not in check}
-           for v in checks]
+    bad = [{name for name, check in v.items() if status_word(check) == "WRONG"} for v in checks]
     return set.intersection(*bad) if bad else set()
 
 
@@ -285,6 +285,30 @@ def hopeless(protocol: Protocol, result: dict) -> set[str]:
                       for candidate in protocol.candidates):
         return broken
     return set()
+
+
+def first_pass(run: dict) -> dict | None:
+    return next((p for p in run["passes"] if p["index"] == 0), None)
+
+
+def stopped(protocol: Protocol, run: dict) -> str | None:
+    """Why ``sweep`` returned ``run`` before it was complete (None where it did not stop)."""
+    first = first_pass(run)
+    broken = hopeless(protocol, first) if run["status"] != "complete" and first else set()
+    if not broken:
+        return None
+    return (f"the sweep stopped after its first pass: {', '.join(sorted(broken))} invalid on "
+            "every case, so no comparison could give a verdict")
+
+
+def resumable(run: dict) -> bool:
+    """Whether ``sweep --resume`` can go on with ``run``: a running archive of this schema,
+    not a gate's (its routes are a ref's), whose first pass left a verdict possible."""
+    if (run["status"] != "running" or run.get("schema_version") != archives.SCHEMA_VERSION
+            or run.get("gate")):
+        return False
+    first = first_pass(run)
+    return not (first and hopeless(rebuild(run["protocol"]), first))
 
 
 def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
@@ -322,6 +346,13 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             _check_resumable(run, protocol, settings, out)
             _check_seal(run, key, out)
             code, differ = _check_code(run, out, allow_code_change)
+            first = first_pass(run)
+            broken = hopeless(protocol, first) if first else set()
+            if broken:
+                # A slot with an invalid route is never replaced: no verdict can come of it.
+                raise ArchiveError(f"{out}: cannot resume: its first pass found "
+                                   f"{', '.join(sorted(broken))} invalid on every case, so no "
+                                   "comparison of it can give a verdict; start a new sweep")
             if run["status"] == "complete":
                 events.already_complete()
                 return run
@@ -353,8 +384,8 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         for index in range(t.passes):
             if index not in done:
                 measure(job_for(protocol, index, device))
-                # Nothing valid can come of more passes: stop, the archive still running.
-                if index == 0 and hopeless(protocol, run["passes"][0]):
+                # Nothing valid can come of more passes: stop there (``stopped`` says why).
+                if index == 0 and hopeless(protocol, first_pass(run)):
                     return run
         run["summary"] = summarize(run)
         # Each round replaces every open slot once; a slot's attempts are bounded by retries.

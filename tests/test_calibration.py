@@ -85,7 +85,7 @@ def test_a_planted_step_that_does_not_divide_inner_reps_is_refused():
 
 
 @pytest.mark.parametrize(("inner_reps", "every"), [
-    (32, (32, 8)), (64, (32, 8)), (8, (8, 2)), (2, (2,)), (1, (1,))])
+    (32, (32, 8)), (64, (32, 8)), (16, (16, 4)), (8, (8, 2)), (6, (6,)), (2, (2,)), (1, (1,))])
 def test_the_default_planted_steps_divide_the_protocols_inner_reps(inner_reps, every):
     assert calibration.default_planted(inner_reps) == every
 

@@ -252,7 +252,7 @@ def test_resume_help_says_what_must_be_repeated():
     assert "give the same --protocol and the same overrides" in text
 
 
-@pytest.mark.parametrize("name", ["run.json", "run.json.gz", "run.gz"])
+@pytest.mark.parametrize("name", ["run.json", "run.json.gz", "run.gz", "RUN.JSON"])
 def test_an_out_ending_in_json_or_gz_is_the_archive_itself(tmp_path, name):
     assert archive_path(tmp_path / name, "smoke", resume=False) == tmp_path / name
 
@@ -277,8 +277,8 @@ def test_a_heavy_protocol_on_the_cpu_is_announced_before_it_runs(tmp_path, monke
     result = invoke("sweep", "--protocol", protocol, "--device", "cpu", "--out",
                     str(tmp_path / "run.json"))
     if warned:
-        assert ("note: text-decode on the CPU times 2,787,840 kernel launches in the Triton "
-                "interpreter, 5,531x the smoke protocol's") in result.stderr, result.stderr
+        assert ("note: text-decode on the CPU makes 2,787,840 timed route calls in the "
+                "Triton interpreter, 5,531x the smoke protocol's") in result.stderr, result.stderr
     else:
         assert "note:" not in result.stderr, result.stderr
 
@@ -421,6 +421,35 @@ def test_sweep_with_an_invalid_route_stops_after_its_first_pass_and_exits_1_sayi
     # Nothing is lost: the pass that found it is archived, the run left to resume.
     assert run["status"] == "running" and [p["status"] for p in run["passes"]] == ["ok"]
     assert all(not c["verification"][route]["ok"] for p in run["passes"] for c in p["cases"])
+
+
+@interpreter_only
+def test_a_run_stopped_by_an_invalid_route_is_not_resumed_and_not_offered_a_resume(
+        tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    out = tmp_path / "run.json"
+    args = ["sweep", "--protocol", "smoke", "--device", "cpu", "--isolation", "inprocess",
+            "--route", "split", "--route", "invalid_routes:raising", "--out", str(out)]
+    assert invoke(*args).exit_code == 1
+    resumed = invoke(*args, "--resume")
+    assert_one_error_line(resumed, f"{out}: cannot resume: its first pass found "
+                                   "invalid_routes:raising invalid on every case")
+    note = invoke("report", str(out)).stderr
+    assert note.startswith(f"note: no qkbench is writing {out}: its run stopped before it "
+                           "was complete") and "--resume" not in note
+
+
+@interpreter_only
+def test_calibrate_with_a_route_invalid_everywhere_exits_1_saying_the_run_stopped(
+        tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))  # for the passes' worker processes
+    result = invoke("calibrate", "--protocol", "smoke", "--device", "cpu", "--route",
+                    "invalid_routes:raising", "--out", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: calibrate (aa run): the sweep stopped after its first pass: "
+        "invalid_routes:raising")
 
 
 # -- one clear line, never a traceback -------------------------------------------------------

@@ -172,3 +172,14 @@ def test_report_of_a_run_with_no_finished_pass_says_so(smoke_archive):
     fresh = {**smoke_archive, "status": "running", "passes": [], "summary": None}
     assert "no pass has finished yet: nothing to report" in report.header_lines(fresh)
     assert report.tables(fresh) == []
+
+
+def test_report_says_a_run_stopped_whose_lock_file_names_only_dead_processes(one_pass,
+                                                                            tmp_path):
+    from qkbench.lock import lock_path
+
+    path = tmp_path / "run.json"
+    path.write_bytes(one_pass.read_bytes())
+    lock_path(path).write_text('{"manager": 999999999, "worker": null}')  # a killed run's
+    result = CliRunner().invoke(app, ["report", str(path)])
+    assert result.stderr.startswith(f"note: no qkbench is writing {path}")
