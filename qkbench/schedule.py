@@ -36,13 +36,17 @@ class SamplePlan:
     sync_after: tuple[int, ...]
 
 
-def sample_plan(arms: int, warmup: int, samples: int, schedule: str, chunk: int) -> SamplePlan:
+def sample_plan(arms: int, warmup: int, samples: int, schedule: str, chunk: int,
+                sync_carries: bool = True) -> SamplePlan:
     """The plan of one comparison: every arm gets ``samples`` timed samples.
 
     ``interleaved``: rounds of one sample of each arm in turn (A B A' A B A' ...), so slow
     drifts and warm-up land on every arm alike; ``blocked``: all rounds of one arm, then
     the next (a round is one sample). The host synchronises after every ``chunk`` rounds,
     and the round after a synchronisation is discarded, whichever arm it holds.
+    ``sync_carries`` False is the rule before 2026-12-05, under which a blocked arm's first
+    round was timed after a synchronisation when there was no warm-up (``audit`` reads
+    archives made by it).
     """
     if schedule == "interleaved":
         streams = [tuple(range(arms))]
@@ -58,7 +62,7 @@ def sample_plan(arms: int, warmup: int, samples: int, schedule: str, chunk: int)
     rounds, after_sync = 0, False
     for stream in streams:
         # after_sync carries over: a blocked arm's first round may follow a synchronisation.
-        got, r = 0, 0
+        got, r, after_sync = 0, 0, after_sync and sync_carries
         while got < samples:
             is_timed = r >= warmup and not after_sync
             seq += stream

@@ -420,3 +420,26 @@ def test_audit_help_says_what_the_key_changes():
     text = " ".join(CliRunner().invoke(app, ["audit", "--help"]).stdout.replace("│", " ").split())
     assert "an unsigned archive fails; without it, audit checks consistency only" in text
 
+
+
+@pytest.mark.parametrize("sync_carries", [True, False], ids=["today", "before-2026-12-05"])
+def test_a_blocked_run_without_warm_up_audits_clean_by_the_sample_plan_it_was_made_with(
+        tmp_path, monkeypatch, sync_carries):
+    from qkbench import schedule
+
+    from synthetic import synthetic_sweep, tiny_protocol
+
+    made_with = schedule.sample_plan
+
+    def plan(*args):
+        return made_with(*args, sync_carries=sync_carries)
+
+    monkeypatch.setattr(schedule, "sample_plan", plan)  # the worker's, not audit's
+    # 64 samples, a synchronisation every 64 rounds: one falls between arms A and B.
+    text = tiny_protocol("blocked0", (1,), samples=64, warmup=0, schedule="blocked")
+    synthetic_sweep(text, tmp_path / "run.json")
+    run = archives.read(tmp_path / "run.json")
+    warm = {len(a["warmup"]) for p in run["passes"] for c in p["cases"]
+            for comp in c["comparisons"] for a in comp["arms"]}
+    assert (warm != {0}) == sync_carries  # the two rules differ here
+    assert audit(run) == []
