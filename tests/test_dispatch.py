@@ -188,10 +188,13 @@ def test_auto_takes_pdl_on_either_route(table, monkeypatch):
 
     inputs = make_inputs(Case(_geometry("early-2x1"), 2, max_position=64), 7, "cpu")
     taken = _spy(monkeypatch)
-    out = inputs.call(qk_norm_rope_auto, dispatch=DispatchTable(table), inplace=False, pdl=True)
-    assert taken == ["split"]
-    for got, want in zip(out, inputs.call(qk_norm_rope_split, inplace=False), strict=True):
-        assert torch.equal(got, want)
+    split = inputs.call(qk_norm_rope_auto, dispatch=DispatchTable(table), inplace=False,
+                        pdl=True)
+    fused = inputs.call(qk_norm_rope_auto, inplace=False, pdl=True)
+    assert taken == ["split", "fused"]
+    for out in (split, fused):
+        for got, want in zip(out, inputs.call(qk_norm_rope_split, inplace=False), strict=True):
+            assert torch.equal(got, want)
 
 
 @interpreter_only
