@@ -117,10 +117,9 @@ def read_checked(path: Path) -> dict:
     where its passes cannot be summarised: what it shows could then be anything. Stops at
     the first problem; ``audit`` lists every one. Its summary is read with ``current``."""
     run = archives.read(path)
-    seal_algorithm = (run.get("seal") or {}).get("algorithm")
-    found = Findings()
-    _digests(run, seal.signing_key() if seal_algorithm == seal.HMAC_SHA256 else None, found)
-    problems = found.problems + _header_problems(run)
+    signed = (run.get("seal") or {}).get("algorithm") == seal.HMAC_SHA256
+    problems = (digest_problems(run, seal.signing_key() if signed else None)
+                + _header_problems(run))
     if problems:
         raise ArchiveError(f"{path}: {problems[0]} (qkbench audit {path} lists every "
                            "problem)")
@@ -404,11 +403,10 @@ def _case(archive: dict, proto: Protocol, p: dict, case_index: int, case: Case,
                         f", not the protocol's {pairs}")
     # Per arm, the warm-up counts the sample plan allows: today's rule's, and the rule's
     # before 2026-12-05 (``sample_plan``'s sync_carries), which differ blocked without warm-up.
-    plans = [sample_plan(3, t.warmup, t.samples, t.schedule, t.chunk, carries)
-             for carries in (True, False)]
-    warmups = [sorted({sum(a == i and not timed for a, timed in zip(plan.arms, plan.timed,
-                                                                     strict=True))
-                       for plan in plans}) for i in range(3)]
+    untimed = [Counter(a for a, timed in zip(plan.arms, plan.timed, strict=True) if not timed)
+               for plan in (sample_plan(3, t.warmup, t.samples, t.schedule, t.chunk, carries)
+                            for carries in (True, False))]
+    warmups = [sorted({counts[i] for counts in untimed}) for i in range(3)]
     for k, comp in enumerate(comps):
         bad = [r for r in (comp["baseline"], comp["candidate"])
                if not checks.get(r, {}).get("ok")]

@@ -276,11 +276,11 @@ def broken_routes(result: dict) -> set[str]:
     return set.intersection(*bad) if bad else set()
 
 
-def hopeless(protocol: Protocol, result: dict) -> set[str]:
-    """The routes that make a run hopeless after ``result``: where a route of every
-    comparison was invalid on every case it verified, no pass can give any verdict (empty
-    otherwise)."""
-    broken = broken_routes(result)
+def hopeless(protocol: Protocol, result: dict | None) -> set[str]:
+    """The routes that make a run hopeless after ``result`` (a pass, or None before one):
+    where a route of every comparison was invalid on every case it verified, no pass can
+    give any verdict (empty otherwise)."""
+    broken = broken_routes(result) if result else set()
     if broken and all(protocol.baseline in broken or candidate in broken
                       for candidate in protocol.candidates):
         return broken
@@ -293,12 +293,14 @@ def first_pass(run: dict) -> dict | None:
 
 def stopped(protocol: Protocol, run: dict) -> str | None:
     """Why ``sweep`` returned ``run`` before it was complete (None where it did not stop)."""
-    first = first_pass(run)
-    broken = hopeless(protocol, first) if run["status"] != "complete" and first else set()
-    if not broken:
-        return None
-    return (f"the sweep stopped after its first pass: {', '.join(sorted(broken))} invalid on "
-            "every case, so no comparison could give a verdict")
+    broken = hopeless(protocol, first_pass(run)) if run["status"] != "complete" else set()
+    return f"the sweep stopped after its first pass: {_invalid_everywhere(broken)}" if broken \
+        else None
+
+
+def _invalid_everywhere(broken: set[str]) -> str:
+    return (f"{', '.join(sorted(broken))} invalid on every case, so no comparison could give "
+            "a verdict")
 
 
 def resumable(run: dict) -> bool:
@@ -307,8 +309,7 @@ def resumable(run: dict) -> bool:
     if (run["status"] != "running" or run.get("schema_version") != archives.SCHEMA_VERSION
             or run.get("gate")):
         return False
-    first = first_pass(run)
-    return not (first and hopeless(rebuild(run["protocol"]), first))
+    return not hopeless(rebuild(run["protocol"]), first_pass(run))
 
 
 def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
@@ -346,13 +347,11 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             _check_resumable(run, protocol, settings, out)
             _check_seal(run, key, out)
             code, differ = _check_code(run, out, allow_code_change)
-            first = first_pass(run)
-            broken = hopeless(protocol, first) if first else set()
+            broken = hopeless(protocol, first_pass(run))
             if broken:
                 # A slot with an invalid route is never replaced: no verdict can come of it.
                 raise ArchiveError(f"{out}: cannot resume: its first pass found "
-                                   f"{', '.join(sorted(broken))} invalid on every case, so no "
-                                   "comparison of it can give a verdict; start a new sweep")
+                                   f"{_invalid_everywhere(broken)}; start a new sweep")
             if run["status"] == "complete":
                 events.already_complete()
                 return run

@@ -237,7 +237,7 @@ def current(archive: dict) -> dict | None:
     """The summary to show or judge: the passes summarised by today's rules, whatever the
     stored summary says (that one is for ``audit`` to check); None before the first pass.
     A pass too malformed to summarise raises ArchiveError."""
-    if archive["summary"] is None and not archive["passes"]:
+    if not archive["passes"]:
         return None
     try:
         return summarize(archive)
