@@ -23,11 +23,16 @@ Under Triton 3.6 the handle is its C launcher itself (``direct_runner``): Triton
 builds launch metadata on every launch and its launcher calls the (empty) launch hooks
 from C, each with every argument passed again. While a launch hook is set (a profiler),
 and under any other Triton version, launches go through Triton's runner.
+
+Where ``PREFERRED_CARVEOUT`` is set, a kernel's first direct launch asks the driver for
+that shared-memory carveout on it first (``set_carveout``); its first launch, through
+Triton's dispatch, runs without it.
 """
 
+import ctypes
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import reduce
+from functools import cache, reduce
 from operator import itemgetter, or_
 
 import torch
@@ -40,6 +45,10 @@ _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # Launch through the compiled kernel's handle after the first launch (False: always through
 # Triton's JIT dispatch, e.g. to measure what the handle saves).
 DIRECT = True
+# The shared-memory carveout (per cent of a multiprocessor's unified L1 / shared memory)
+# asked of the driver for each kernel the ops compile and then launch directly (0: all L1),
+# or None to ask nothing (``set_carveout``).
+PREFERRED_CARVEOUT: int | None = None
 # Entries kept before the cache is cleared: a caller sees few distinct shapes, and a
 # clear costs only the next call of each shape its validation again.
 CACHE_SIZE = 4096
@@ -107,6 +116,33 @@ def direct_runner(compiled, grid: tuple[int, int, int], tail: tuple) -> Runner:
     return runner
 
 
+# cuFuncSetAttribute's CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (cuda.h).
+_CARVEOUT_ATTRIBUTE = 9
+
+
+@cache
+def _libcuda() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def set_carveout(compiled, percent: int) -> None:
+    """Ask the driver to run ``compiled`` (a Triton CompiledKernel on a CUDA device) with
+    ``percent`` of each multiprocessor's unified L1 / shared memory as shared memory (0:
+    all L1; -1: the driver's default).
+
+    A kernel with no preference keeps the split the last kernel chose wherever it fits in
+    it (``cuCtxSetCacheConfig``'s documentation: without a preference, launches "prefer to
+    not change the cache configuration unless required"), so one of ours, which takes at
+    most 512 bytes of shared memory, runs after a GEMM in the GEMM's small L1."""
+    if not -1 <= percent <= 100:
+        raise ValueError(f"a shared-memory carveout is -1 or 0 to 100 per cent, got {percent}")
+    rc = _libcuda().cuFuncSetAttribute(ctypes.c_void_p(compiled.function),
+                                       ctypes.c_int(_CARVEOUT_ATTRIBUTE), ctypes.c_int(percent))
+    if rc != 0:
+        raise RuntimeError(f"cuFuncSetAttribute(preferred shared-memory carveout {percent}) "
+                           f"failed: CUresult {rc}")
+
+
 @contextmanager
 def recording() -> Iterator[list[tuple["KernelLaunch", tuple[torch.Tensor, ...]]]]:
     """Collect every launch made inside the block with the tensors it read, to record its
@@ -167,6 +203,8 @@ class KernelLaunch:
         # Triton returns the compiled kernel it launched (None under the interpreter); it
         # was specialised for aligned pointers only when every pointer was aligned.
         if device >= 0 and hasattr(compiled, "function"):
+            if PREFERRED_CARVEOUT is not None:
+                set_carveout(compiled, PREFERRED_CARVEOUT)
             self.compiled[device] = compiled
             self.runners[device] = direct_runner(compiled, self.grid3, self.tail)
 

@@ -40,7 +40,6 @@ The states a step leaves are not undone, so a second process with another order
 """
 
 import argparse
-import ctypes
 import gc
 import json
 import os
@@ -54,20 +53,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-# cuFuncSetAttribute's CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (cuda.h): the
-# percentage of the SM's unified memory preferred as shared memory (0: all L1).
-PREFERRED_CARVEOUT = 9
-
 
 def prefer_l1(compiled) -> None:
     """Ask the driver to run ``compiled`` (a Triton CompiledKernel) with all L1, no shared
     memory carved out, whatever ran before it (a no-op without a compiled CUDA kernel)."""
-    if not hasattr(compiled, "function"):
-        return
-    rc = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
-        ctypes.c_void_p(compiled.function), ctypes.c_int(PREFERRED_CARVEOUT), ctypes.c_int(0))
-    if rc != 0:
-        raise RuntimeError(f"cuFuncSetAttribute(carveout 0) failed: CUresult {rc}")
+    from qkbench.kernels import launch
+
+    if hasattr(compiled, "function"):
+        launch.set_carveout(compiled, 0)
 
 
 def geometry(quick: bool):
