@@ -26,6 +26,7 @@ reading against the goals, to be confirmed by ``qkbench sweep``.
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -149,6 +150,22 @@ def launcher(op, inputs, inplace: bool, **options):
     args = inputs.with_qk(q, k)
     outs = {} if inplace else {"q_out": torch.empty_like(q), "k_out": torch.empty_like(k)}
     return lambda: args.call(op, inplace=inplace, **outs, **options)
+
+
+def interleaved(backend, graphs: list, labels: list[str], rounds: int, visit: int,
+                shuffle_seed: int | None = None) -> tuple[list[int], dict[str, list[float]]]:
+    """Time prepared arms in one schedule: each round visits them in an order rotated by
+    one (or, given ``shuffle_seed``, in a random order, so that each arm follows different
+    arms), ``visit`` samples of each. Returns the schedule (arm indices) and each arm's
+    per-call us in it."""
+    n, shuffle = len(labels), random.Random(shuffle_seed)
+    orders = [shuffle.sample(range(n), n) if shuffle_seed is not None
+              else [(i + r) % n for i in range(n)] for r in range(rounds)]
+    sequence = [arm for order in orders for arm in order for _ in range(visit)]
+    us = {label: [] for label in labels}
+    for arm, s in zip(sequence, backend.run(graphs, sequence, []).seconds, strict=True):
+        us[labels[arm]].append(s * 1e6)
+    return sequence, us
 
 
 def identical(a: tuple, b: tuple) -> bool:

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_kernels import Shape, call, identical, launcher
+from bench_kernels import Shape, call, identical, interleaved, launcher
 
 ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "k-tiles": {
@@ -197,12 +197,7 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
         checks[label] = all(check() for check in copied)
         graphs.append(backend.prepare(list(launches), reps, label))
     labels = [*arms, *copies]
-    sequence = [(i + r) % len(labels) for r in range(rounds) for i in range(len(labels))
-                for _ in range(visit)]
-    seconds = backend.run(graphs, sequence, []).seconds
-    us = {label: [] for label in labels}
-    for arm, s in zip(sequence, seconds, strict=True):
-        us[labels[arm]].append(s * 1e6)
+    _, us = interleaved(backend, graphs, labels, rounds, visit)
     base = statistics.median(us["default"])
     moved = {label: 2 * rows if label in copies else inputs.call(op_bytes)
              for label in labels}

@@ -443,3 +443,54 @@ def test_process_state_probe_refuses_an_unknown_step_naming_the_known_ones(capsy
         script("probe_process_state").main(["--device", "cpu", "--quick", "--steps", "nap"])
     assert exit_info.value.code == 2
     assert "unknown step(s) nap; known: start, again" in capsys.readouterr().err
+
+
+@interpreter_only
+def test_layer_bench_times_each_route_after_the_projection_and_back_to_back(tmp_path, capsys):
+    bench = script("bench_layer")
+    argv = ["--device", "cpu", "--quick", "--rounds", "2", "--visit", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "bench_layer.json").read_text())["shapes"]
+    routes = {name + suffix for name in bench.ROUTES for suffix in ("", "-l1")} - {
+        "fused-again-l1"}
+    assert set(entry["in_layer_us"]) == routes
+    assert set(entry["us"]) == {"gemm", "fused", "fused-l1", *(f"gemm+{r}" for r in routes)}
+    assert all(check["bits_equal_split"] for check in entry["checks"].values())
+    assert all(len(v) == 2 for v in entry["us"].values())
+    medians = entry["median_us"]
+    assert entry["in_layer_us"]["split"] == medians["gemm+split"] - medians["gemm"]
+    assert "CHECK FAILED" not in capsys.readouterr().out
+
+
+@interpreter_only
+def test_layer_bench_fails_loudly_when_a_route_differs_from_split(
+        tmp_path, fused_off_by_one_ulp, capsys):
+    bench = script("bench_layer")
+    argv = ["--device", "cpu", "--quick", "--rounds", "1", "--visit", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 1
+    failed = capsys.readouterr().out.split("CHECK FAILED: ")[1].split(", ")
+    # The twins launch the kernels a call recorded, not the wrapper that spoils k.
+    assert {"gemm+fused", "fused", "gemm+fused-again", "gemm+fused-pdl"} <= {
+        f.strip() for f in failed}
+
+
+def test_layer_bench_reports_an_arms_samples_by_the_arm_visited_before_it():
+    bench = script("bench_layer")
+    labels = ["a", "b", "c"]
+    sequence = [1, 0, 1, 1, 2, 1]  # b at the start, after a (twice), after c
+    us = {"a": [9.0], "b": [5.0, 1.0, 2.0, 7.0], "c": [9.0]}
+    assert bench.by_arm_before(labels, sequence, us, "b") == {"start": 5.0, "a": 1.5, "c": 7.0}
+
+
+def test_a_shuffled_schedule_puts_each_arm_after_several_others():
+    bench = script("bench_kernels")
+
+    class Clock:
+        def run(self, graphs, sequence, sync_after):
+            return type("Timed", (), {"seconds": [1e-6] * len(sequence)})
+
+    sequence, us = bench.interleaved(Clock(), [None] * 4, list("abcd"), 12, 2, shuffle_seed=0)
+    assert sorted(sequence) == sorted(list(range(4)) * 24)
+    firsts = [n for n in range(1, len(sequence)) if sequence[n] == 0 and sequence[n - 1] != 0]
+    assert len({sequence[n - 1] for n in firsts}) == 3
+    assert {label: len(v) for label, v in us.items()} == dict.fromkeys("abcd", 24)
