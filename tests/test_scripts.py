@@ -352,16 +352,72 @@ def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path
     """A tile of fewer heads than its tensor found its token block by dividing by a
     run-time head-block count (some 20 dependent instructions and a reciprocal before the
     first load; 3-7 % of a decode launch on the H200): every divisor is now a constant."""
-    program = tmp_path / "divisions.py"
-    program.write_text(KERNEL_IR_DIVISIONS)
+    rows = kernel_ir_program(tmp_path, KERNEL_IR_DIVISIONS)
+    assert rows.pop("control") > 0  # the count sees a division by a run-time value
+    assert any(label.startswith("fused DiT") for label in rows)  # a tile of 8 heads of 24
+    assert rows == dict.fromkeys(rows, 0)
+
+
+# Compiles the kernels the layer bench twins (the fused kernel with and without PDL, at
+# decode and at T = 8192; rms_norm; rope) at the twins' num_stages and at Triton's default,
+# beside a control whose loop of loads Triton pipelines by num_stages, and prints for each
+# whether the PTX is the same.
+KERNEL_IR_TWINS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import bench_layer
+import kernel_ir
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def pipelined_by_num_stages(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    offs = tl.arange(0, BLOCK)
+    for i in tl.range(0, n, BLOCK):
+        a = tl.load(x_ptr + (i + offs)[:, None] * BLOCK + offs[None, :])
+        b = tl.load(y_ptr + (i + offs)[:, None] * BLOCK + offs[None, :])
+        acc += tl.dot(a, b)
+    tl.store(x_ptr + offs[:, None] * BLOCK + offs[None, :], acc.to(tl.bfloat16))
+
+
+def same_ptx(kernel, args, warps):
+    twin = kernel_ir.compile_for_sm90(kernel, args, warps,
+                                      num_stages=bench_layer.TWIN_STAGES)
+    return twin.asm["ptx"] == kernel_ir.compile_for_sm90(kernel, args, warps).asm["ptx"]
+
+
+wanted = ("fused (32,8)x128 T=1", "fused (32,8)x128 T=8 pdl", "fused (32,8)x128 T=8192",
+          "fused (16,2)x256/r64 T=1", "rms_norm 32x128", "rope (32,8)x128")
+rows = {label: same_ptx(k, a, w) for label, k, a, w in kernel_ir.CASES
+        if label.startswith(wanted)}
+rows["control"] = same_ptx(pipelined_by_num_stages,
+                           dict(x_ptr="*bf16", y_ptr="*bf16", n=64, BLOCK=64), 4)
+print(json.dumps(rows))
+"""
+
+
+def kernel_ir_program(tmp_path, text: str) -> dict:
+    """Run ``text`` (a program given the scripts' folder) in a process of its own, compiling
+    for sm_90 into a cache of its own; its JSON output."""
+    program = tmp_path / "program.py"
+    program.write_text(text)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
     out = subprocess.run([sys.executable, str(program), str(SCRIPTS)], env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
-    rows = json.loads(out)
-    assert rows.pop("control") > 0  # the count sees a division by a run-time value
-    assert any(label.startswith("fused DiT") for label in rows)  # a tile of 8 heads of 24
-    assert rows == dict.fromkeys(rows, 0)
+    return json.loads(out)
+
+
+@pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(), reason="needs Triton's CUDA backend")
+def test_the_layer_benchs_all_l1_twins_compile_to_the_kernels_own_ptx(tmp_path):
+    """A twin differs from the kernel it times only in being a compiled kernel of its own:
+    num_stages, which tells them apart, changes none of the kernels' PTX (they have no
+    loops), though it changes a loop's that Triton pipelines."""
+    rows = kernel_ir_program(tmp_path, KERNEL_IR_TWINS)
+    assert rows.pop("control") is False
+    assert len(rows) == 6 and all(rows.values())
 
 
 def _pass(pid: int, cells: dict[str, dict[str, float]]) -> dict:
