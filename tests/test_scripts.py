@@ -550,3 +550,49 @@ def test_a_shuffled_schedule_puts_each_arm_after_several_others():
     firsts = [n for n in range(1, len(sequence)) if sequence[n] == 0 and sequence[n - 1] != 0]
     assert len({sequence[n - 1] for n in firsts}) == 3
     assert {label: len(v) for label, v in us.items()} == dict.fromkeys("abcd", 24)
+
+
+@interpreter_only
+def test_carveout_sequence_runs_every_step_in_its_order():
+    sequence = script("carveout_sequence")
+    steps = sequence.launches(torch.device("cpu"), quick=True)
+    assert set(steps) == set(sequence.SEQUENCE)
+    sequence.run_sequence(torch.device("cpu"), quick=True)
+
+
+NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+              '"Block Size","Grid Size","Device","CC","Section Name","Metric Name",'
+              '"Metric Unit","Metric Value"')
+
+
+def ncu_row(launch_id: int, name: str, unit: str, value: str) -> str:
+    return (f'"{launch_id}","7","python","h","qk_norm_rope_kernel","1","7","(32, 1, 1)",'
+            f'"(40, 1, 1)","0","9.0","Launch Statistics","{name}","{unit}","{value}"')
+
+
+def test_carveout_sequence_reads_each_launchs_split_from_ncus_details_in_launch_order():
+    sequence = script("carveout_sequence")
+    text = "\n".join(["==PROF== Disconnected from process 7", NCU_HEADER,
+                      ncu_row(1, "Shared Memory Configuration Size", "Kbyte", "233.47"),
+                      ncu_row(0, "Shared Memory Configuration Size", "Kbyte", "16.38"),
+                      ncu_row(0, "Function Cache Configuration", "", "CachePreferNone"),
+                      ncu_row(0, "Grid Size", "", "40")])
+    assert sequence.read_details(text) == [
+        {"kernel": "qk_norm_rope_kernel", "Shared Memory Configuration Size": "16.38 Kbyte",
+         "Function Cache Configuration": "CachePreferNone"},
+        {"kernel": "qk_norm_rope_kernel", "Shared Memory Configuration Size": "233.47 Kbyte"}]
+
+
+def test_carveout_sequence_names_each_launch_of_ours_by_the_step_before_it():
+    sequence = script("carveout_sequence")
+    names = sequence.labels()
+    assert names[:3] == ["fused after start", "fused after fused", "fused after gemm"]
+    assert "fused-l1 after gemm" in names and "fused after fused-l1" in names
+    assert len(names) == sum(step in sequence.OURS for step in sequence.SEQUENCE)
+
+
+def test_carveout_sequence_refuses_a_profile_of_another_count_of_launches():
+    sequence = script("carveout_sequence")
+    with pytest.raises(SystemExit, match="profiled 1 launches of the fused kernel; the "
+                                         "sequence has 2"):
+        sequence.table(["a", "b"], [{"kernel": "qk_norm_rope_kernel"}])
