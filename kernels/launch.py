@@ -167,7 +167,8 @@ class KernelLaunch:
     tuple at ``slots``), then ``tail``: every other argument, constants included, in order.
     """
 
-    __slots__ = ("compiled", "grid", "kernel", "options", "pick", "runners", "slots", "tail")
+    __slots__ = ("carveout", "compiled", "grid", "kernel", "options", "pick", "runners", "slots",
+                 "tail")
 
     def __init__(self, kernel, grid: tuple[int, ...], slots: Sequence[int], tail: Sequence,
                  options: dict):
@@ -184,6 +185,8 @@ class KernelLaunch:
         # and its launch (``direct_runner``).
         self.compiled: dict[int, object] = {}
         self.runners: dict[int, Runner] = {}
+        # The shared-memory carveout asked for its compiled kernel (None: none asked).
+        self.carveout: int | None = None
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
         ptrs = self.pick(tensors)
@@ -205,6 +208,7 @@ class KernelLaunch:
         if device >= 0 and hasattr(compiled, "function"):
             if PREFERRED_CARVEOUT is not None:
                 set_carveout(compiled, PREFERRED_CARVEOUT)
+                self.carveout = PREFERRED_CARVEOUT
             self.compiled[device] = compiled
             self.runners[device] = direct_runner(compiled, self.grid3, self.tail)
 
@@ -235,9 +239,11 @@ class KernelLaunch:
         return lambda: run(*args, stream=stream)
 
     def settings(self) -> dict:
-        """The grid, the compile options and every scalar and constant argument, by name."""
+        """The grid, the compile options, the carveout asked for (where one was) and every
+        scalar and constant argument, by name."""
         names = self.kernel.arg_names[len(self.slots):]
+        carveout = {} if self.carveout is None else {"preferred_carveout": self.carveout}
         return {"kernel": self.kernel.fn.__name__, "grid": list(self.grid),
-                **self.options,
+                **self.options, **carveout,
                 "args": {n: v for n, v in zip(names, self.tail, strict=True)
                          if v is None or isinstance(v, (bool, int, float))}}

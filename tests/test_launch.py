@@ -130,5 +130,6 @@ def test_a_preferred_carveout_is_set_on_every_kernel_a_call_launches(op, monkeyp
     for c in compiled:  # the driver's default again, for the tests after this one
         launch.set_carveout(c, -1)
     assert compiled and carveouts == [0] * len(compiled)
+    assert all(kl.settings()["preferred_carveout"] == 0 for kl, _ in launches)
     for e, g in zip(expected, got, strict=True):
         assert torch.equal(e.view(torch.int16), g.view(torch.int16))
