@@ -122,6 +122,21 @@ def shapes(quick: bool) -> list[Shape]:
     return out
 
 
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """``--device`` (default cuda) and ``--quick`` (tiny shapes, for the CPU tests)."""
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU tests)")
+
+
+def device_of(args: argparse.Namespace) -> torch.device:
+    """The ``--device`` asked for; on the CPU the kernels will run in Triton's interpreter
+    (which Triton reads when the kernels are first imported, so call this before that)."""
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return device
+
+
 def per_call_us(run: "Run", backend, launch) -> float:
     """Median per-call us of ``launch`` in a graph of ``run.inner_reps`` launches."""
     from qkbench.limits import per_call_seconds
@@ -380,14 +395,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after which no new shape or variant is started")
     parser.add_argument("--samples", type=int, default=None,
                         help="graph replays per timing (default 100; 1 with --quick)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU tests)")
+    add_device_options(parser)
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="only the shapes of at most this many tokens")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are imported
+    device = device_of(args)
     from qkbench import env, hostcost, limits
     from qkbench.backends import backend_for
 

@@ -39,7 +39,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_kernels import Shape, call, identical, interleaved, launcher
+from bench_kernels import (
+    Shape,
+    add_device_options,
+    call,
+    device_of,
+    identical,
+    interleaved,
+    launcher,
+)
 
 ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "k-tiles": {
@@ -222,12 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="each arm cycles over buffer sets sweeping twice the L2")
     parser.add_argument("--route", choices=("fused", "split"), default="fused",
                         help="the route the arms' settings plan (split: its rms_norm)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--quick", action="store_true")
+    add_device_options(parser)
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = device_of(args)
     from qkbench import limits
     from qkbench.backends import backend_for
 

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_kernels import Shape, call, identical, interleaved
+from bench_kernels import Shape, add_device_options, call, device_of, identical, interleaved
 
 # The routes timed after the projection: label -> (route, call options).
 ROUTES = {"fused": ("fused", {}), "fused-again": ("fused", {}),
@@ -211,12 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", choices=("decode", "all"), default="all",
                         help="decode widths only, or also DiT and (32,8) x 128 at T = 8192")
     parser.add_argument("--gemm-tokens", type=int, default=GEMM_TOKENS)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--quick", action="store_true")
+    add_device_options(parser)
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = device_of(args)
     from qkbench.backends import backend_for
 
     backend = backend_for(device)

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_kernels import add_device_options, device_of
 
 # The launches of the fused kernel (profiled), and the others between them (not profiled).
 OURS = ("fused", "fused-l1", "fused-pdl")
@@ -148,12 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--launch", action="store_true",
                         help="run the launches alone (what ncu profiles)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--quick", action="store_true")
+    add_device_options(parser)
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = device_of(args)
     if args.launch:
         run_sequence(device, args.quick)
         return 0

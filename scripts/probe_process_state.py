@@ -42,7 +42,6 @@ The states a step leaves are not undone, so a second process with another order
 import argparse
 import gc
 import json
-import os
 import statistics
 import sys
 import time
@@ -52,6 +51,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_kernels import add_device_options, device_of
 
 
 def prefer_l1(compiled) -> None:
@@ -346,8 +346,7 @@ def time_probes(backend, arms: dict, warmup: int, samples: int) -> dict[str, flo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--quick", action="store_true")
+    add_device_options(parser)
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
@@ -356,9 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", default=",".join(PROBES),
                         help="comma-separated probes (default: all)")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = device_of(args)
     from qkbench.backends import backend_for
     from qkbench.kernels import launch as launch_path
 
