@@ -11,12 +11,14 @@ from typing import TypeVar
 import torch
 
 from . import launch
-from .checks import check_flag, check_position_range, interpreting
+from .checks import check_apart, check_flag, check_position_range, interpreting
 from .launch import KernelLaunch
 
 # The call tuple: where each tensor of a call sits, for KernelLaunch.slots.
 SLOTS = ("q", "k", "q_out", "k_out", "q_weight", "k_weight", "cos_sin_cache", "positions")
 Q, K, Q_OUT, K_OUT, Q_WEIGHT, K_WEIGHT, CACHE, POSITIONS = range(len(SLOTS))
+# Each output's slot and the one input slot it may be (out of place into q itself).
+OUTPUTS = ((Q_OUT, Q), (K_OUT, K))
 
 T = TypeVar("T")
 
@@ -32,6 +34,8 @@ class Resolved:
     def run(self, tensors: Sequence, check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Launch on a call's tensors (in ``SLOTS`` order), its outputs made where needed."""
         q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions = tensors
+        if q is k or q_out is not None or k_out is not None:
+            check_apart(SLOTS, tensors, OUTPUTS)
         if check_positions:
             check_position_range(positions, self.max_pos)
         if self.inplace:
@@ -62,13 +66,12 @@ def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None
 
 
 def section_key(mrope_section: object) -> object:
-    """``mrope_section`` in a hashable form (a list becomes a tuple)."""
-    if mrope_section is None or type(mrope_section) is tuple:
-        return mrope_section
-    try:
-        return tuple(mrope_section)
-    except TypeError:
-        return mrope_section
+    """``mrope_section`` in a hashable form that keeps each element's type, so that a
+    section the validation refuses (``(4.0, 2, 2)``) never finds the entry of one it took
+    (``(4, 2, 2)``, which compares equal). Anything but a list or tuple is its own key."""
+    if type(mrope_section) in (list, tuple):
+        return tuple(mrope_section), tuple(map(type, mrope_section))
+    return mrope_section
 
 
 def resolve(op: str, tensors: Sequence[object], options: tuple, build: Callable[[], T]) -> T:

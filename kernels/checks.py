@@ -59,6 +59,8 @@ def as_rows(name: str, x: object, dtype: torch.dtype | None = None) -> torch.Ten
         raise ValueError(f"{name} must be [..., H, D] with at least one token dim, "
                          f"got shape {tuple(x.shape)}")
     H, D = x.shape[-2:]
+    if H == 0:
+        raise ValueError(f"{name} must have at least one head, got shape {tuple(x.shape)}")
     check_head_dim(f"{name}.shape[-1]", D)
     if x.stride(-1) != 1 and x.numel() > 0:
         raise ValueError(f"{name}.stride(-1) must be 1 (channels contiguous), got {x.stride(-1)}")
@@ -157,10 +159,39 @@ def check_position_range(positions: torch.Tensor, max_pos: int) -> None:
                          f"found values in [{lo}, {hi}]")
 
 
+def check_no_broadcast(name: str, rows: torch.Tensor) -> None:
+    """Refuse a tensor to be written whose ``[T, H, D]`` view repeats memory along a dim of
+    stride 0 (an expanded view): its elements would be written by several programs."""
+    for dim, (size, stride) in enumerate(zip(rows.shape, rows.stride(), strict=True)):
+        if size > 1 and stride == 0:
+            raise ValueError(f"{name} is written but repeats its memory along "
+                             f"{('tokens', 'heads', 'channels')[dim]} (stride 0, an expanded "
+                             "view); pass a tensor with memory of its own")
+
+
 def check_flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
+
+
+def check_apart(names: Sequence[str], tensors: Sequence, outputs: Sequence[tuple[int, int]]
+                ) -> None:
+    """Refuse a call whose first two tensors (q and k) are one tensor, or in which an output
+    (``outputs``: its index and that of the one input it may be) is another of the call's
+    tensors: a route would then read what it has already written. Compares identity, so
+    it costs little per call; views of overlapping memory are not detected."""
+    if tensors[0] is tensors[1]:
+        raise ValueError(f"{names[0]} and {names[1]} are the same tensor; each needs its own "
+                         "memory")
+    for out, may_be in outputs:
+        x = tensors[out]
+        if x is not None:
+            for i, other in enumerate(tensors):
+                if other is x and i != out and i != may_be:
+                    raise ValueError(f"{names[out]} is {names[i]}: an output must not be "
+                                     f"another argument (only {names[may_be]} may be given "
+                                     f"as {names[out]})")
 
 
 def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
@@ -212,6 +243,7 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
     check_device("k", k, device)
     check_choice("style", style, STYLES)
     check_choice("mrope_layout", mrope_layout, LAYOUTS)
+    check_flag("inplace", inplace)
 
     rotary_dim = check_rotary_dim(rotary_dim, D, style)
 
@@ -243,6 +275,9 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
         k_res = torch.empty_like(k) if k_out is None else k_out
         qo_rows = out_rows("q_out", q_res, q)
         ko_rows = out_rows("k_out", k_res, k)
+    written = ("q", "k") if inplace else ("q_out", "k_out")
+    for name, x in zip(written, (qo_rows, ko_rows), strict=True):
+        check_no_broadcast(name, x)
     return RopeCall(q_rows, k_rows, qo_rows, ko_rows, pos, cache, amap, rotary_dim,
                     style == "neox")
 

@@ -228,9 +228,10 @@ def qk_norm_rope(
     """RMSNorm every q and k head row, then rotate it: one launch (the fused route).
 
     ``q: [..., Hq, D]``, ``k: [..., Hk, D]``, ``q_weight, k_weight: [D]``; the rotation
-    arguments are those of ``rope`` (an out-of-range position writes NaN into its rotary
-    channels). The normalised value is rounded to the storage dtype before it is rotated, so
-    the result is bit-identical to ``qk_norm_rope_split``. Returns ``(q_out, k_out)``:
+    arguments, and the rule that no output is another argument, are those of ``rope`` (an
+    out-of-range position writes NaN into its rotary channels). The normalised value is
+    rounded to the storage dtype before it is rotated, so the result is bit-identical to
+    ``qk_norm_rope_split``. Returns ``(q_out, k_out)``:
     ``q, k`` themselves when ``inplace``.
 
     ``pdl=True`` launches with Programmatic Dependent Launch (compute capability 9.0+): a

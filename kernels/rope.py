@@ -131,7 +131,10 @@ def rope(
     of a row and sines in the second. ``style="neox"`` pairs channel ``i`` with
     ``i + rotary_dim / 2``, ``"gptj"`` pairs ``2i`` with ``2i + 1``. Rotates in fp32 and
     rounds to the storage dtype. Returns ``(q_out, k_out)``: ``q, k`` themselves when
-    ``inplace``.
+    ``inplace``. q and k must be distinct tensors, and an output must not be another of
+    the call's tensors (but ``q_out`` may be ``q`` and ``k_out`` may be ``k``): such a call
+    raises. Distinct views of overlapping memory are not detected; the result is then
+    undefined.
 
     Positions are not checked by default, so that a call never waits for the device: a
     position outside ``[0, max_pos)`` (negative, past the table, any int64) reads nothing

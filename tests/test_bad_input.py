@@ -73,7 +73,28 @@ BAD = [
      r"k_out.shape .* must equal"),
     ("out-dtype", lambda i: {"inplace": False, "q_out": torch.empty_like(i.q, dtype=torch.half)},
      TypeError, r"q_out.dtype .* must equal q.dtype"),
+    ("no-heads", lambda i: {"q": i.q[:, :0]}, ValueError,
+     r"q must have at least one head, got shape \(5, 0, 64\)"),
+    ("inplace-type", lambda i: {"inplace": "no"}, TypeError, r"inplace must be a bool, got str"),
+    ("k-is-q", lambda i: {"k": i.q}, ValueError, r"q and k are the same tensor"),
+    ("q-out-is-k", lambda i: _apart(i, q_out="k"), ValueError,
+     r"q_out is k: an output must not be another argument \(only q may be given as q_out\)"),
+    ("outputs-swapped", lambda i: _apart(i, q_out="k", k_out="q"), ValueError, r"q_out is k"),
+    ("one-output-twice", lambda i: _apart(i, q_out="out", k_out="out"), ValueError,
+     r"q_out is k_out"),
+    ("in-place-expanded", lambda i: {"q": i.q[:1].expand(5, -1, -1)}, ValueError,
+     r"q is written but repeats its memory along tokens \(stride 0"),
+    ("output-expanded", lambda i: {"inplace": False, "k_out": i.k[:, :1].expand(-1, 2, -1)},
+     ValueError, r"k_out is written but repeats its memory along heads"),
 ]
+
+
+def _apart(inputs, **outputs: str) -> dict:
+    """Out of place, q and k of the same shape, each output named by what it is: "q",
+    "k", or "out" (one buffer of their shape)."""
+    tensors = {"q": inputs.q.clone(), "k": inputs.q.clone(), "out": torch.empty_like(inputs.q)}
+    return {"q": tensors["q"], "k": tensors["k"], "inplace": False,
+            **{name: tensors[what] for name, what in outputs.items()}}
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
@@ -82,6 +103,33 @@ BAD = [
 def test_bad_input_raises_a_named_error(inputs, route, overrides, error, pattern):
     with pytest.raises(error, match=pattern):
         inputs.call(route, **overrides(inputs))
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_an_mrope_section_refused_once_is_refused_after_an_equal_valid_one(inputs, route):
+    """(8.0, 12, 12) compares and hashes equal to (8, 12, 12): a call of the valid one
+    must not let the other past the validation."""
+    inputs.call(route, **_mrope(inputs))
+    with pytest.raises(ValueError, match=r"mrope_section must be 3 non-negative ints"):
+        inputs.call(route, **{**_mrope(inputs), "mrope_section": (8.0, 12, 12)})
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_an_expanded_input_read_out_of_place_is_taken(inputs, route):
+    k = inputs.k[:1].expand(5, -1, -1)
+    got = inputs.call(route, k=k, inplace=False)
+    expected = inputs.call(route, k=k.contiguous(), inplace=False)
+    assert torch.equal(got[1].view(torch.int16), expected[1].view(torch.int16))
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_out_of_place_into_q_and_k_themselves_is_the_in_place_call(inputs, route):
+    q, k = inputs.q.clone(), inputs.k.clone()
+    got = inputs.with_qk(q, k).call(route, inplace=False, q_out=q, k_out=k)
+    expected = inputs.with_qk(inputs.q.clone(), inputs.k.clone()).call(route)
+    assert got[0] is q and got[1] is k
+    assert all(torch.equal(g.view(torch.int16), e.view(torch.int16))
+               for g, e in zip(got, expected, strict=True))
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
