@@ -68,8 +68,9 @@ def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None
 def section_key(mrope_section: object) -> object:
     """``mrope_section`` in a hashable form that keeps each element's type, so that a
     section the validation refuses (``(4.0, 2, 2)``) never finds the entry of one it took
-    (``(4, 2, 2)``, which compares equal). Anything but a list or tuple is its own key."""
-    if type(mrope_section) in (list, tuple):
+    (``(4, 2, 2)``, which compares equal). Anything but a list or tuple (or a subclass, such
+    as a namedtuple) is its own key."""
+    if isinstance(mrope_section, (list, tuple)):
         return tuple(mrope_section), tuple(map(type, mrope_section))
     return mrope_section
 

@@ -161,7 +161,10 @@ def check_position_range(positions: torch.Tensor, max_pos: int) -> None:
 
 def check_no_broadcast(name: str, rows: torch.Tensor) -> None:
     """Refuse a tensor to be written whose ``[T, H, D]`` view repeats memory along a dim of
-    stride 0 (an expanded view): its elements would be written by several programs."""
+    stride 0 (an expanded view): its elements would be written by several programs. An
+    empty one writes nothing."""
+    if rows.numel() == 0:
+        return
     for dim, (size, stride) in enumerate(zip(rows.shape, rows.stride(), strict=True)):
         if size > 1 and stride == 0:
             raise ValueError(f"{name} is written but repeats its memory along "

@@ -162,6 +162,32 @@ def test_rms_norm_names_a_bad_weight(inputs):
         rms_norm(inputs.q, inputs.q_weight[:63])
 
 
+def test_rms_norm_refuses_to_write_an_expanded_output(inputs):
+    out = torch.empty_like(inputs.q[:1]).expand_as(inputs.q)
+    with pytest.raises(ValueError, match=r"out is written but repeats its memory along tokens"):
+        rms_norm(inputs.q, inputs.q_weight, out=out)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_an_empty_expanded_output_is_taken_since_nothing_is_written(inputs, route):
+    q = inputs.q[:0]
+    k = inputs.k[:0]
+    # Its channels repeat one element (stride 0), but it has no token to write.
+    k_out = torch.empty(1, k.shape[1], 1, dtype=k.dtype, device=k.device).expand(k.shape)
+    got = inputs.call(route, q=q, k=k, positions=inputs.positions[:0], inplace=False,
+                      k_out=k_out)
+    assert got[1] is k_out and got[0].shape == q.shape
+
+
+def test_an_mrope_section_namedtuple_keeps_its_elements_types_in_the_cache_key():
+    from collections import namedtuple
+
+    from qkbench.kernels import calls
+
+    section = namedtuple("Section", "t h w")
+    assert calls.section_key(section(8, 12, 12)) != calls.section_key(section(8.0, 12, 12))
+
+
 def test_unmergeable_token_dims_are_named(device):
     x = torch.randn(4, 6, 2, 64, device=device)[:, ::2]  # [4, 3, 2, 64], token dims strided
     x = x.transpose(0, 1)  # [3, 4, 2, 64]: no single token stride
