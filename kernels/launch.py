@@ -25,18 +25,19 @@ from C, each with every argument passed again. While a launch hook is set (a pro
 and under any other Triton version, launches go through Triton's runner.
 
 Where ``PREFERRED_CARVEOUT`` is set, a kernel's first direct launch asks the driver for
-that shared-memory carveout on it first (``set_carveout``); its first launch, through
+that shared-memory carveout on it first (``carveout.apply``); its first launch, through
 Triton's dispatch, runs without it.
 """
 
-import ctypes
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache, reduce
+from functools import reduce
 from operator import itemgetter, or_
 
 import torch
 import triton
+
+from . import carveout
 
 _data_ptr = torch.Tensor.data_ptr
 # A CPU-only build of torch has neither (and no tensor on a CUDA device to launch on).
@@ -45,10 +46,11 @@ _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # Launch through the compiled kernel's handle after the first launch (False: always through
 # Triton's JIT dispatch, e.g. to measure what the handle saves).
 DIRECT = True
-# The shared-memory carveout (per cent of a multiprocessor's unified L1 / shared memory)
-# asked of the driver for each kernel the ops compile and then launch directly (0: all L1),
-# or None to ask nothing (``set_carveout``).
-PREFERRED_CARVEOUT: int | None = None
+# The shared-memory carveout asked of the driver for each kernel the ops compile and then
+# launch directly: a share in per cent of a multiprocessor's unified L1 / shared memory (0:
+# all L1), ``carveout.OCCUPANCY`` (the least that keeps every program the multiprocessor
+# can run), or None to ask nothing.
+PREFERRED_CARVEOUT: carveout.Preference | None = None
 # Entries kept before the cache is cleared: a caller sees few distinct shapes, and a
 # clear costs only the next call of each shape its validation again.
 CACHE_SIZE = 4096
@@ -116,33 +118,6 @@ def direct_runner(compiled, grid: tuple[int, int, int], tail: tuple) -> Runner:
     return runner
 
 
-# cuFuncSetAttribute's CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (cuda.h).
-_CARVEOUT_ATTRIBUTE = 9
-
-
-@cache
-def _libcuda() -> ctypes.CDLL:
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def set_carveout(compiled, percent: int) -> None:
-    """Ask the driver to run ``compiled`` (a Triton CompiledKernel on a CUDA device) with
-    ``percent`` of each multiprocessor's unified L1 / shared memory as shared memory (0:
-    all L1; -1: the driver's default).
-
-    A kernel with no preference keeps the split the last kernel chose wherever it fits in
-    it (``cuCtxSetCacheConfig``'s documentation: without a preference, launches "prefer to
-    not change the cache configuration unless required"), so one of ours, which takes at
-    most 512 bytes of shared memory, runs after a GEMM in the GEMM's small L1."""
-    if not -1 <= percent <= 100:
-        raise ValueError(f"a shared-memory carveout is -1 or 0 to 100 per cent, got {percent}")
-    rc = _libcuda().cuFuncSetAttribute(ctypes.c_void_p(compiled.function),
-                                       ctypes.c_int(_CARVEOUT_ATTRIBUTE), ctypes.c_int(percent))
-    if rc != 0:
-        raise RuntimeError(f"cuFuncSetAttribute(preferred shared-memory carveout {percent}) "
-                           f"failed: CUresult {rc}")
-
-
 @contextmanager
 def recording() -> Iterator[list[tuple["KernelLaunch", tuple[torch.Tensor, ...]]]]:
     """Collect every launch made inside the block with the tensors it read, to record its
@@ -185,7 +160,7 @@ class KernelLaunch:
         # and its launch (``direct_runner``).
         self.compiled: dict[int, object] = {}
         self.runners: dict[int, Runner] = {}
-        # The shared-memory carveout asked for its compiled kernel (None: none asked).
+        # The shared-memory carveout (per cent) asked for its compiled kernel (None: none).
         self.carveout: int | None = None
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -207,8 +182,8 @@ class KernelLaunch:
         # was specialised for aligned pointers only when every pointer was aligned.
         if device >= 0 and hasattr(compiled, "function"):
             if PREFERRED_CARVEOUT is not None:
-                set_carveout(compiled, PREFERRED_CARVEOUT)
-                self.carveout = PREFERRED_CARVEOUT
+                self.carveout = carveout.apply(compiled, PREFERRED_CARVEOUT,
+                                               self.options["num_warps"], device)
             self.compiled[device] = compiled
             self.runners[device] = direct_runner(compiled, self.grid3, self.tail)
 

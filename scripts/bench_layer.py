@@ -1,12 +1,12 @@
 """Time the op where a model runs it, right after the layer's QKV projection: one
 interleaved schedule with a null arm.
 
-    python scripts/bench_layer.py [--out DIR] [--rounds 24] [--visit 5] [--shapes decode|all]
+    python scripts/bench_layer.py [--out DIR] [--rounds 24] [--visit 5] [--shapes decode|large|all]
 
 The protocols time launches of the op back to back. In a model the kernel before it is the
 QKV projection, a cuBLAS GEMM, and that changes two things:
 - The GEMM leaves each multiprocessor's L1 / shared-memory split where it chose it. A kernel
-  that asks for no split keeps it (``launch.set_carveout``), so ours then runs with the
+  that asks for no split keeps it (``kernels/carveout.py``), so ours then runs with the
   GEMM's small L1.
 - A PDL launch overlaps its prologue with the GEMM's tail, not with a copy of itself.
 
@@ -17,15 +17,19 @@ random order each round (seeded), so that each follows different arms:
   neighbour and not most of the time.
 - ``gemm+R``: the projection, then route R. R is ``fused``; ``fused-again`` (identical
   code: the null arm); ``fused-pdl``; ``split``.
-- ``gemm+R-l1``: the same, but R's kernels are compiled again (``num_stages`` differs, so
-  each is a CUfunction of its own) with the carveout at 0, all L1. Their PTX is checked
-  equal to R's own.
-- ``fused``, ``fused-l1``: back to back, as the protocols time it. ``fused`` keeps the split
-  of the arm visited before it, and is also reported by that arm.
+- ``gemm+R-twin``, ``gemm+R-l1``, ``gemm+R-fit``: the same, but R's kernels are compiled
+  again (``TWINS``). ``num_stages`` differs, so each twin is a CUfunction of its own; their
+  PTX is checked equal to R's own. A ``-twin`` asks for no carveout: only the kernel's
+  identity differs. An ``-l1`` asks for 0, all L1, which may also cost programs a
+  multiprocessor (each takes the 1 KiB the driver reserves). A ``-fit`` asks for the least
+  that keeps them (``carveout.occupancy_carveout``).
+- ``fused``, ``fused-l1``, ``fused-fit``: back to back, as the protocols time it. ``fused``
+  keeps the split of the arm visited before it, and is also reported by that arm.
 
 Reports each arm's median per repetition. For each ``gemm+R`` arm it also reports R's
 cost in the layer: the arm's median less ``gemm``'s. Every arm's output is checked against
-the split route's bits first; exits 1 if any check fails.
+the split route's bits first; exits 1 if any check fails, or if a shape raised (its error
+is recorded and the next shape runs).
 
 ``--device cpu --quick`` runs the same code on a tiny shape under Triton's interpreter
 (figures meaningless; no compiled kernels, so no carveout and no PTX to compare).
@@ -47,9 +51,15 @@ from bench_kernels import Shape, add_device_options, call, device_of, identical,
 # The routes timed after the projection: label -> (route, call options).
 ROUTES = {"fused": ("fused", {}), "fused-again": ("fused", {}),
           "fused-pdl": ("fused", {"pdl": True}), "split": ("split", {})}
-# num_stages of the all-L1 twins: the kernels have no loops, so only the compiled kernel's
-# identity changes (the PTX check says so).
-TWIN_STAGES = 1
+# The twins: suffix -> (num_stages, carveout preference: a share in per cent, "occupancy"
+# for carveout.OCCUPANCY, or None). The kernels have no loops, so num_stages changes only
+# which compiled kernel each is (the PTX check says so), one apiece.
+TWINS = {"-twin": (1, None), "-l1": (2, 0), "-fit": (4, "occupancy")}
+# The twins each route is timed in after the projection, and the fused variants also timed
+# back to back.
+ROUTE_TWINS = {"fused": ("-twin", "-l1", "-fit"), "fused-again": (),
+               "fused-pdl": ("-l1", "-fit"), "split": ("-l1", "-fit")}
+BACK_TO_BACK = ("", "-l1", "-fit")
 # The projection's tokens at most: a neighbour of the op, not most of the time at large T.
 GEMM_TOKENS = 256
 
@@ -60,14 +70,13 @@ def shapes(quick: bool, which: str) -> list[Shape]:
     if quick:
         return [Shape(Geometry("tiny", 2, 1, 64), 3)]
     qwen3 = Geometry("qwen3-32x8", 32, 8, 128)
-    out = [Shape(qwen3, t) for t in (1, 8, 64)]
-    out += [Shape(Geometry("qwen3-16x2", 16, 2, 128), 1),
-            Shape(Geometry("qwen3.5-16x2", 16, 2, 256, 64, weight_mode="offset",
-                           inplace=False), 1)]
-    if which == "all":
-        out += [Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973),
-                Shape(qwen3, 8192, 40960)]
-    return out
+    decode = [Shape(qwen3, t) for t in (1, 8, 64)]
+    decode += [Shape(Geometry("qwen3-16x2", 16, 2, 128), 1),
+               Shape(Geometry("qwen3.5-16x2", 16, 2, 256, 64, weight_mode="offset",
+                              inplace=False), 1)]
+    large = [Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973),
+             Shape(qwen3, 8192, 40960)]
+    return {"decode": decode, "large": large, "all": decode + large}[which]
 
 
 def projection(geometry, tokens: int, dtype: torch.dtype, device: torch.device):
@@ -81,21 +90,23 @@ def projection(geometry, tokens: int, dtype: torch.dtype, device: torch.device):
     return lambda: torch.mm(x, w, out=y)
 
 
-def twin(kernel_launch, ptrs):
-    """A launch of ``kernel_launch``'s kernel on ``ptrs`` compiled apart, with TWIN_STAGES."""
+def twin(kernel_launch, ptrs, stages: int):
+    """A launch of ``kernel_launch``'s kernel on ``ptrs`` compiled apart, with ``stages``."""
     from qkbench.kernels import launch
 
-    options = {**kernel_launch.options, "num_stages": TWIN_STAGES}
+    options = {**kernel_launch.options, "num_stages": stages}
     return launch.KernelLaunch(kernel_launch.kernel, kernel_launch.grid, range(len(ptrs)),
                                kernel_launch.tail, options)
 
 
-def route_launch(inputs, inplace: bool, route: str, all_l1: bool, **options) -> dict:
-    """A zero-argument launch of ``route`` on buffers of its own (``launch``), its outputs
-    after one launch on fresh inputs (``out``), and for ``all_l1`` whether its twins' PTX
-    equals its own kernels' (``ptx_equal``, None without compiled kernels)."""
+def route_launch(inputs, inplace: bool, route: str, twin_of: str | None, **options) -> dict:
+    """A zero-argument launch of ``route`` (or of its twin ``twin_of``, a key of ``TWINS``)
+    on buffers of its own (``launch``), its outputs after one launch on fresh inputs
+    (``out``), and for a twin whether its PTX equals the route's own kernels'
+    (``ptx_equal``) and the carveouts set (``carveouts``; both None without compiled
+    kernels)."""
     from qkbench.case import fresh_copy
-    from qkbench.kernels import launch, qk_norm_rope, qk_norm_rope_split
+    from qkbench.kernels import carveout, launch, qk_norm_rope, qk_norm_rope_split
 
     op = {"fused": qk_norm_rope, "split": qk_norm_rope_split}[route]
     q, k = fresh_copy(inputs.q), fresh_copy(inputs.k)
@@ -106,12 +117,14 @@ def route_launch(inputs, inplace: bool, route: str, all_l1: bool, **options) -> 
     def run_op():
         return args.call(op, inplace=inplace, **outs, **options)
 
-    if not all_l1:
+    if twin_of is None:
         return {"launch": run_op, "out": tuple(x.clone() for x in run_op()),
-                "ptx_equal": None}
+                "ptx_equal": None, "carveouts": None}
+    stages, preference = TWINS[twin_of]
     with launch.recording() as recorded:
         result = run_op()
-    twins = [(twin(kernel_launch, ptrs), kernel_launch, ptrs) for kernel_launch, ptrs in recorded]
+    twins = [(twin(kernel_launch, ptrs, stages), kernel_launch, ptrs)
+             for kernel_launch, ptrs in recorded]
     q.copy_(inputs.q)
     k.copy_(inputs.k)
     for x in outs.values():
@@ -119,14 +132,17 @@ def route_launch(inputs, inplace: bool, route: str, all_l1: bool, **options) -> 
     for kernel_twin, _, ptrs in twins:
         kernel_twin(ptrs)  # compiled, then launched on the fresh inputs
     device = torch.cuda.current_device() if q.is_cuda else -1
-    ptx = []
+    ptx, carveouts = [], []
     for kernel_twin, kernel_launch, _ in twins:
         compiled = kernel_twin.compiled.get(device)
         if compiled is not None:
-            launch.set_carveout(compiled, 0)
+            if preference is not None:
+                carveouts.append(carveout.apply(compiled, preference,
+                                                kernel_launch.options["num_warps"], device))
             ptx.append(compiled.asm["ptx"] == kernel_launch.compiled[device].asm["ptx"])
     return {"launch": lambda: [kernel_twin(ptrs) for kernel_twin, _, ptrs in twins],
-            "out": tuple(x.clone() for x in result), "ptx_equal": all(ptx) if ptx else None}
+            "out": tuple(x.clone() for x in result), "ptx_equal": all(ptx) if ptx else None,
+            "carveouts": carveouts or None}
 
 
 def arm_launches(shape: Shape, backend, gemm_tokens: int) -> tuple[dict, dict]:
@@ -143,19 +159,18 @@ def arm_launches(shape: Shape, backend, gemm_tokens: int) -> tuple[dict, dict]:
 
     def add(label: str, made: dict) -> None:
         checks[label] = {"bits_equal_split": identical(made["out"], split_out),
-                         "ptx_equal": made["ptx_equal"]}
+                         "ptx_equal": made["ptx_equal"], "carveouts": made["carveouts"]}
         launches[label] = made["launch"]
 
     def pair(first, second):
         return lambda: (first(), second())
 
     for name, (route, options) in ROUTES.items():
-        for all_l1 in (False, True) if name != "fused-again" else (False,):
-            made = route_launch(inputs, g.inplace, route, all_l1, **options)
-            label = name + "-l1" * all_l1
-            add(f"gemm+{label}", {**made, "launch": pair(gemm, made["launch"])})
-            if name == "fused":
-                add(label, route_launch(inputs, g.inplace, route, all_l1))
+        for suffix in ("", *ROUTE_TWINS[name]):
+            made = route_launch(inputs, g.inplace, route, suffix or None, **options)
+            add(f"gemm+{name}{suffix}", {**made, "launch": pair(gemm, made["launch"])})
+            if name == "fused" and suffix in BACK_TO_BACK:
+                add(name + suffix, route_launch(inputs, g.inplace, route, suffix or None))
     return launches, checks
 
 
@@ -194,12 +209,14 @@ def measure_shape(backend, shape: Shape, rounds: int, visit: int, inner: int,
 
 
 def line(entry: dict) -> str:
+    if "error" in entry:
+        return f"{entry['shape']:22s} FAILED: {entry['error']}"
     failed = [label for label, check in entry["checks"].items() if not passed(check)]
     return (f"{entry['shape']:22s} gemm {entry['median_us']['gemm']:.2f}; in the layer "
             f"(null {entry['null_us']:+.3f}): "
             + "  ".join(f"{k} {v:.2f}" for k, v in entry["in_layer_us"].items())
             + "; back to back: " + "  ".join(f"{k} {entry['median_us'][k]:.2f}"
-                                             for k in ("fused", "fused-l1"))
+                                             for k in (f"fused{s}" for s in BACK_TO_BACK))
             + (f"  CHECK FAILED: {', '.join(failed)}" if failed else ""))
 
 
@@ -208,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--visit", type=int, default=5)
-    parser.add_argument("--shapes", choices=("decode", "all"), default="all",
-                        help="decode widths only, or also DiT and (32,8) x 128 at T = 8192")
+    parser.add_argument("--shapes", choices=("decode", "large", "all"), default="all",
+                        help="decode widths, DiT and (32,8) x 128 at T = 8192, or both")
     parser.add_argument("--gemm-tokens", type=int, default=GEMM_TOKENS)
     add_device_options(parser)
     args = parser.parse_args(argv)
@@ -219,15 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     backend = backend_for(device)
     out = Path(args.out) / "bench_layer.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"rounds": args.rounds, "visit": args.visit, "twin_stages": TWIN_STAGES,
+    result = {"rounds": args.rounds, "visit": args.visit, "twins": TWINS,
               "torch": torch.__version__, "shapes": []}
     ok = True
     for shape in shapes(args.quick, args.shapes):
-        entry = measure_shape(backend, shape, args.rounds, args.visit, 2 if args.quick else 32,
-                              args.gemm_tokens)
+        try:
+            entry = measure_shape(backend, shape, args.rounds, args.visit,
+                                  2 if args.quick else 32, args.gemm_tokens)
+        except Exception as e:  # recorded: the next shape still runs
+            entry = {"shape": shape.name, "error": f"{type(e).__name__}: {e}"}
         result["shapes"].append(entry)
         out.write_text(json.dumps(result, indent=1))
-        ok &= all(passed(check) for check in entry["checks"].values())
+        ok &= "error" not in entry and all(passed(c) for c in entry["checks"].values())
         print(line(entry), flush=True)
     return 0 if ok else 1
 

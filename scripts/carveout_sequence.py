@@ -7,14 +7,17 @@ of the fused kernel, after kernels that carve out shared memory and after kernel
 The launches run eagerly in the order of ``SEQUENCE``, all compiled and warmed first. Only
 the fused kernel's launches in the sequence are profiled: ``ncu --profile-from-start off``,
 with the profiler started and stopped around the sequence, and ``-k regex:qk_norm_rope``.
-ncu reads only their Launch Statistics section, which needs no hardware counters, and
+ncu reads their Launch Statistics and Occupancy sections, flushes no cache before them and
 leaves the clocks alone.
 
-For each launch, the driver's choice of shared-memory configuration size and the function's
-cache configuration come out of it. Under the carveout guess (``docs/kernel-notes.md``),
-the fused kernel's configuration after ``gemm`` or ``triton-smem`` is the large one those
-chose, and it stays so after ``fused``. A launch of ``fused-l1`` (the kernel compiled
-again with the carveout at 0) takes the smallest, whatever ran before it.
+For each launch, it reads the shared-memory configuration size the driver chose, how many
+programs that size lets a multiprocessor hold (``Block Limit Shared Mem``), the theoretical
+occupancy, and the function's cache configuration. Under the carveout guess
+(``docs/kernel-notes.md``), the fused kernel's configuration after ``gemm`` or
+``triton-smem`` is the large one those chose, and it stays so after ``fused``. The twins
+of the layer bench (``bench_layer.TWINS``) ask for a split of their own: ``fused-l1`` all
+L1, which may cap the programs a multiprocessor holds; ``fused-fit`` the least that does
+not.
 
 Writes ``DIR/carveout.ncu-rep``, ``DIR/carveout.csv`` (ncu's details page) and
 ``DIR/carveout.json``, and prints one line per launch of ours.
@@ -38,16 +41,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import add_device_options, device_of
 
 # The launches of the fused kernel (profiled), and the others between them (not profiled).
-OURS = ("fused", "fused-l1", "fused-pdl")
+OURS = ("fused", "fused-l1", "fused-fit", "fused-pdl")
 SEQUENCE = ("fused", "fused", "gemm", "fused", "fused", "torch-op", "fused", "copy", "fused",
             "eager", "fused", "gemm", "fused", "triton-smem", "fused", "fused", "gemm",
-            "fused-l1", "fused", "gemm", "fused-pdl", "fused")
+            "fused-l1", "fused", "gemm", "fused-fit", "fused", "gemm", "fused-pdl", "fused")
 # Where Nsight Compute installs itself when not on the PATH.
 NCU_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
-# The Launch Statistics rows kept per launch.
-KEPT = ("Shared Memory Configuration Size", "Function Cache Configuration",
-        "Driver Shared Memory Per Block", "Static Shared Memory Per Block",
-        "Dynamic Shared Memory Per Block", "Registers Per Thread")
+# The Launch Statistics and Occupancy rows kept per launch (the first three are printed).
+KEPT = ("Shared Memory Configuration Size", "Block Limit Shared Mem", "Theoretical Occupancy",
+        "Function Cache Configuration", "Driver Shared Memory Per Block",
+        "Static Shared Memory Per Block", "Dynamic Shared Memory Per Block",
+        "Registers Per Thread", "Block Limit Registers", "Block Limit Warps")
 
 
 def labels() -> list[str]:
@@ -59,22 +63,29 @@ def labels() -> list[str]:
 def launches(device: torch.device, quick: bool) -> dict[str, Callable[[], object]]:
     """Every step of ``SEQUENCE``, ready and launched once (compiled, warm)."""
     import probe_process_state as probe
-    from bench_layer import twin
+    from bench_layer import TWINS, twin
 
-    from qkbench.kernels import launch
+    from qkbench.kernels import carveout, launch
     from qkbench.routes import resolve
 
     fused = probe.fused_launch(device, quick, 1, 0)
     with launch.recording() as recorded:
         fused()
     (kernel_launch, ptrs), = recorded
-    all_l1 = twin(kernel_launch, ptrs)
-    all_l1(ptrs)
-    cuda = device.type == "cuda"
-    if cuda:
-        launch.set_carveout(all_l1.compiled[torch.cuda.current_device()], 0)
+
+    def twin_launch(suffix: str) -> Callable[[], object]:
+        """The fused kernel's twin of the layer bench (``bench_layer.TWINS``), its carveout
+        set."""
+        stages, preference = TWINS[suffix]
+        kernel_twin = twin(kernel_launch, ptrs, stages)
+        kernel_twin(ptrs)
+        if device.type == "cuda":
+            carveout.apply(kernel_twin.compiled[torch.cuda.current_device()], preference,
+                           kernel_launch.options["num_warps"], torch.cuda.current_device())
+        return lambda: kernel_twin(ptrs)
+
     eager_inputs = probe.inputs_at(device, quick, 1, 7)
-    steps = {"fused": fused, "fused-l1": lambda: all_l1(ptrs),
+    steps = {"fused": fused, "fused-l1": twin_launch("-l1"), "fused-fit": twin_launch("-fit"),
              "fused-pdl": probe.fused_launch(device, quick, 1, 1, pdl=True),
              "gemm": probe.gemm(device, quick), "triton-smem": probe.triton_smem(device, quick),
              "torch-op": probe.torch_elementwise(device),
@@ -101,8 +112,12 @@ def run_sequence(device: torch.device, quick: bool) -> None:
 
 def read_details(text: str) -> list[dict[str, str]]:
     """Per profiled launch, in launch order, its kernel's name and the ``KEPT`` rows of its
-    Launch Statistics, from ncu's ``--csv --page details`` output."""
-    rows = list(csv.DictReader(io.StringIO(text[text.index('"ID"'):])))
+    sections, from ncu's ``--csv --page details`` output."""
+    start = text.find('"ID"')
+    if start < 0:
+        raise SystemExit("ncu's report holds no profiled launch (no \"ID\" header in its "
+                         f"details page): {text[:300]!r}")
+    rows = list(csv.DictReader(io.StringIO(text[start:])))
     by_id: dict[int, dict[str, str]] = {}
     for row in rows:
         entry = by_id.setdefault(int(row["ID"]), {"kernel": row["Kernel Name"]})
@@ -130,8 +145,11 @@ def under_ncu(out: Path) -> int:
     ncu = find_ncu()
     out.mkdir(parents=True, exist_ok=True)
     report = out / "carveout"
-    subprocess.run([ncu, "--clock-control", "none", "--profile-from-start", "off",
-                    "--section", "LaunchStats", "-k", "regex:qk_norm_rope", "-f",
+    # No cache flush before a profiled launch: the split is what is read, and a flush might
+    # disturb it.
+    subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none",
+                    "--profile-from-start", "off", "--section", "LaunchStats",
+                    "--section", "Occupancy", "-k", "regex:qk_norm_rope", "-f",
                     "-o", str(report), sys.executable, __file__, "--launch"], check=True)
     text = subprocess.run([ncu, "--import", f"{report}.ncu-rep", "--csv", "--page",
                            "details"], check=True, capture_output=True, text=True).stdout
@@ -140,7 +158,7 @@ def under_ncu(out: Path) -> int:
     (out / "carveout.json").write_text(json.dumps(rows, indent=1))
     for row in rows:
         print(f"{row['launch']:28s} " + "  ".join(
-            f"{k}: {row.get(k, '-')}" for k in KEPT[:2]))
+            f"{k}: {row.get(k, '-')}" for k in KEPT[:3]))
     return 0
 
 

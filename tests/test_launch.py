@@ -9,7 +9,7 @@ import torch
 import triton
 
 from qkbench.case import Case, Geometry, make_inputs
-from qkbench.kernels import launch, qk_norm_rope, qk_norm_rope_split
+from qkbench.kernels import carveout, launch, qk_norm_rope, qk_norm_rope_split
 
 from conftest import gpu_only
 
@@ -68,45 +68,6 @@ def test_a_launch_hook_sees_every_launch_of_a_cached_call():
     assert [m.get()["name"] for m in seen] == ["rms_norm_kernel", "rms_norm_kernel", "rope_kernel"]
 
 
-class FakeDriver:
-    """libcuda's cuFuncSetAttribute, recording its calls and returning ``rc``."""
-
-    def __init__(self, rc: int = 0):
-        self.rc, self.calls = rc, []
-
-    def cuFuncSetAttribute(self, function, attribute, value) -> int:
-        self.calls.append((function.value, attribute.value, value.value))
-        return self.rc
-
-
-class FakeCompiled:
-    function = 0x7F00
-
-
-def test_set_carveout_sets_the_preferred_carveout_attribute_of_the_kernels_function(
-        monkeypatch):
-    driver = FakeDriver()
-    monkeypatch.setattr(launch, "_libcuda", lambda: driver)
-    launch.set_carveout(FakeCompiled(), 0)
-    # 9: CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT in cuda.h.
-    assert driver.calls == [(0x7F00, 9, 0)]
-
-
-def test_set_carveout_raises_naming_the_drivers_error(monkeypatch):
-    monkeypatch.setattr(launch, "_libcuda", lambda: FakeDriver(rc=1))
-    with pytest.raises(RuntimeError, match=r"carveout 0\).*CUresult 1"):
-        launch.set_carveout(FakeCompiled(), 0)
-
-
-@pytest.mark.parametrize("percent", [-2, 101])
-def test_set_carveout_refuses_a_share_outside_the_drivers_range(percent, monkeypatch):
-    driver = FakeDriver()
-    monkeypatch.setattr(launch, "_libcuda", lambda: driver)
-    with pytest.raises(ValueError, match=f"got {percent}"):
-        launch.set_carveout(FakeCompiled(), percent)
-    assert driver.calls == []
-
-
 def carveout_of(compiled) -> int:
     value = ctypes.c_int(-2)
     rc = ctypes.CDLL("libcuda.so.1").cuFuncGetAttribute(
@@ -116,20 +77,31 @@ def carveout_of(compiled) -> int:
 
 
 @gpu_only
+@pytest.mark.parametrize("preference", [0, carveout.OCCUPANCY])
 @pytest.mark.parametrize("op", [qk_norm_rope, qk_norm_rope_split])
-def test_a_preferred_carveout_is_set_on_every_kernel_a_call_launches(op, monkeypatch):
+def test_a_preferred_carveout_is_set_on_every_kernel_a_call_launches(op, preference,
+                                                                     monkeypatch):
     inputs = make_inputs(Case(GEOMETRY, 64), 0, torch.device("cuda"))
     expected = out_of_place(op, inputs)
     launch.clear()  # calls resolved afresh: their kernels' first launch goes through Triton
-    monkeypatch.setattr(launch, "PREFERRED_CARVEOUT", 0)
+    monkeypatch.setattr(launch, "PREFERRED_CARVEOUT", preference)
     out_of_place(op, inputs)
     with launch.recording() as launches:
         got = out_of_place(op, inputs)
-    compiled = [kl.compiled[torch.cuda.current_device()] for kl, _ in launches]
+    device = torch.cuda.current_device()
+    compiled = [kl.compiled[device] for kl, _ in launches]
     carveouts = [carveout_of(c) for c in compiled]
-    for c in compiled:  # the driver's default again, for the tests after this one
-        launch.set_carveout(c, -1)
-    assert compiled and carveouts == [0] * len(compiled)
-    assert all(kl.settings()["preferred_carveout"] == 0 for kl, _ in launches)
+    asked = [kl.settings()["preferred_carveout"] for kl, _ in launches]
+    for c in compiled:  # the driver's default again, and calls resolved afresh, for the
+        carveout.set_carveout(c, -1)  # tests after this one
+    launch.clear()
+    assert compiled and carveouts == asked
+    if preference == carveout.OCCUPANCY:
+        limits = carveout.device_limits(device)
+        assert asked == [carveout.occupancy_carveout(c.metadata.shared, kl.options["num_warps"],
+                                                     limits)
+                         for c, (kl, _) in zip(compiled, launches, strict=True)]
+    else:
+        assert asked == [0] * len(compiled)
     for e, g in zip(expected, got, strict=True):
         assert torch.equal(e.view(torch.int16), g.view(torch.int16))

@@ -359,7 +359,7 @@ def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path
 
 
 # Compiles the kernels the layer bench twins (the fused kernel with and without PDL, at
-# decode and at T = 8192; rms_norm; rope) at the twins' num_stages and at Triton's default,
+# decode and at T = 8192; rms_norm; rope) at each twin's num_stages and at Triton's default,
 # beside a control whose loop of loads Triton pipelines by num_stages, and prints for each
 # whether the PTX is the same.
 KERNEL_IR_TWINS = """
@@ -383,9 +383,9 @@ def pipelined_by_num_stages(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 def same_ptx(kernel, args, warps):
-    twin = kernel_ir.compile_for_sm90(kernel, args, warps,
-                                      num_stages=bench_layer.TWIN_STAGES)
-    return twin.asm["ptx"] == kernel_ir.compile_for_sm90(kernel, args, warps).asm["ptx"]
+    own = kernel_ir.compile_for_sm90(kernel, args, warps).asm["ptx"]
+    return all(kernel_ir.compile_for_sm90(kernel, args, warps, num_stages=stages).asm["ptx"]
+               == own for stages, _ in bench_layer.TWINS.values())
 
 
 wanted = ("fused (32,8)x128 T=1", "fused (32,8)x128 T=8 pdl", "fused (32,8)x128 T=8192",
@@ -411,7 +411,7 @@ def kernel_ir_program(tmp_path, text: str) -> dict:
 
 
 @pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(), reason="needs Triton's CUDA backend")
-def test_the_layer_benchs_all_l1_twins_compile_to_the_kernels_own_ptx(tmp_path):
+def test_the_layer_benchs_twins_compile_to_the_kernels_own_ptx(tmp_path):
     """A twin differs from the kernel it times only in being a compiled kernel of its own:
     num_stages, which tells them apart, changes none of the kernels' PTX (they have no
     loops), though it changes a loop's that Triton pipelines."""
@@ -507,10 +507,11 @@ def test_layer_bench_times_each_route_after_the_projection_and_back_to_back(tmp_
     argv = ["--device", "cpu", "--quick", "--rounds", "2", "--visit", "1", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
     (entry,) = json.loads((tmp_path / "bench_layer.json").read_text())["shapes"]
-    routes = {name + suffix for name in bench.ROUTES for suffix in ("", "-l1")} - {
-        "fused-again-l1"}
+    routes = {"fused", "fused-twin", "fused-l1", "fused-fit", "fused-again", "fused-pdl",
+              "fused-pdl-l1", "fused-pdl-fit", "split", "split-l1", "split-fit"}
     assert set(entry["in_layer_us"]) == routes
-    assert set(entry["us"]) == {"gemm", "fused", "fused-l1", *(f"gemm+{r}" for r in routes)}
+    assert set(entry["us"]) == {"gemm", "fused", "fused-l1", "fused-fit",
+                                *(f"gemm+{r}" for r in routes)}
     assert all(check["bits_equal_split"] for check in entry["checks"].values())
     assert all(len(v) == 2 for v in entry["us"].values())
     medians = entry["median_us"]
@@ -528,6 +529,25 @@ def test_layer_bench_fails_loudly_when_a_route_differs_from_split(
     # The twins launch the kernels a call recorded, not the wrapper that spoils k.
     assert {"gemm+fused", "fused", "gemm+fused-again", "gemm+fused-pdl"} <= {
         f.strip() for f in failed}
+
+
+def test_layer_bench_records_a_shape_that_raised_and_exits_1(tmp_path, monkeypatch, capsys):
+    bench = script("bench_layer")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("capture failed")
+
+    monkeypatch.setattr(bench, "measure_shape", broken)
+    assert bench.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 1
+    (entry,) = json.loads((tmp_path / "bench_layer.json").read_text())["shapes"]
+    assert entry == {"shape": "tiny/T3", "error": "RuntimeError: capture failed"}
+    assert "tiny/T3" in capsys.readouterr().out
+
+
+def test_layer_benchs_fit_twin_asks_for_the_occupancy_carveout():
+    from qkbench.kernels import carveout
+
+    assert script("bench_layer").TWINS["-fit"][1] == carveout.OCCUPANCY
 
 
 def test_layer_bench_reports_an_arms_samples_by_the_arm_visited_before_it():
@@ -596,3 +616,9 @@ def test_carveout_sequence_refuses_a_profile_of_another_count_of_launches():
     with pytest.raises(SystemExit, match="profiled 1 launches of the fused kernel; the "
                                          "sequence has 2"):
         sequence.table(["a", "b"], [{"kernel": "qk_norm_rope_kernel"}])
+
+
+def test_carveout_sequence_names_a_report_that_profiled_nothing():
+    sequence = script("carveout_sequence")
+    with pytest.raises(SystemExit, match="ncu's report holds no profiled launch"):
+        sequence.read_details("==PROF== No kernels were profiled.\n")
