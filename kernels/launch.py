@@ -23,10 +23,6 @@ Under Triton 3.6 the handle is its C launcher itself (``direct_runner``): Triton
 builds launch metadata on every launch and its launcher calls the (empty) launch hooks
 from C, each with every argument passed again. While a launch hook is set (a profiler),
 and under any other Triton version, launches go through Triton's runner.
-
-Where ``PREFERRED_CARVEOUT`` is set, a kernel's first direct launch asks the driver for
-that shared-memory carveout on it first (``carveout.apply``); its first launch, through
-Triton's dispatch, runs without it.
 """
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -37,8 +33,6 @@ from operator import itemgetter, or_
 import torch
 import triton
 
-from . import carveout
-
 _data_ptr = torch.Tensor.data_ptr
 # A CPU-only build of torch has neither (and no tensor on a CUDA device to launch on).
 _current_device = getattr(torch._C, "_cuda_getDevice", None)
@@ -46,11 +40,6 @@ _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # Launch through the compiled kernel's handle after the first launch (False: always through
 # Triton's JIT dispatch, e.g. to measure what the handle saves).
 DIRECT = True
-# The shared-memory carveout asked of the driver for each kernel the ops compile and then
-# launch directly: a share in per cent of a multiprocessor's unified L1 / shared memory (0:
-# all L1), ``carveout.OCCUPANCY`` (the least that keeps every program the multiprocessor
-# can run), or None to ask nothing.
-PREFERRED_CARVEOUT: carveout.Preference | None = None
 # Entries kept before the cache is cleared: a caller sees few distinct shapes, and a
 # clear costs only the next call of each shape its validation again.
 CACHE_SIZE = 4096
@@ -142,8 +131,7 @@ class KernelLaunch:
     tuple at ``slots``), then ``tail``: every other argument, constants included, in order.
     """
 
-    __slots__ = ("carveout", "compiled", "grid", "kernel", "options", "pick", "runners", "slots",
-                 "tail")
+    __slots__ = ("compiled", "grid", "kernel", "options", "pick", "runners", "slots", "tail")
 
     def __init__(self, kernel, grid: tuple[int, ...], slots: Sequence[int], tail: Sequence,
                  options: dict):
@@ -160,8 +148,6 @@ class KernelLaunch:
         # and its launch (``direct_runner``).
         self.compiled: dict[int, object] = {}
         self.runners: dict[int, Runner] = {}
-        # The shared-memory carveout (per cent) asked for its compiled kernel (None: none).
-        self.carveout: int | None = None
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
         ptrs = self.pick(tensors)
@@ -181,9 +167,6 @@ class KernelLaunch:
         # Triton returns the compiled kernel it launched (None under the interpreter); it
         # was specialised for aligned pointers only when every pointer was aligned.
         if device >= 0 and hasattr(compiled, "function"):
-            if PREFERRED_CARVEOUT is not None:
-                self.carveout = carveout.apply(compiled, PREFERRED_CARVEOUT,
-                                               self.options["num_warps"], device)
             self.compiled[device] = compiled
             self.runners[device] = direct_runner(compiled, self.grid3, self.tail)
 
@@ -214,11 +197,9 @@ class KernelLaunch:
         return lambda: run(*args, stream=stream)
 
     def settings(self) -> dict:
-        """The grid, the compile options, the carveout asked for (where one was) and every
-        scalar and constant argument, by name."""
+        """The grid, the compile options and every scalar and constant argument, by name."""
         names = self.kernel.arg_names[len(self.slots):]
-        carveout = {} if self.carveout is None else {"preferred_carveout": self.carveout}
         return {"kernel": self.kernel.fn.__name__, "grid": list(self.grid),
-                **self.options, **carveout,
+                **self.options,
                 "args": {n: v for n, v in zip(names, self.tail, strict=True)
                          if v is None or isinstance(v, (bool, int, float))}}

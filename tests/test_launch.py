@@ -79,29 +79,24 @@ def carveout_of(compiled) -> int:
 @gpu_only
 @pytest.mark.parametrize("preference", [0, carveout.OCCUPANCY])
 @pytest.mark.parametrize("op", [qk_norm_rope, qk_norm_rope_split])
-def test_a_preferred_carveout_is_set_on_every_kernel_a_call_launches(op, preference,
-                                                                     monkeypatch):
+def test_a_carveout_applied_to_a_calls_kernels_is_what_the_driver_reads_back(op, preference):
     inputs = make_inputs(Case(GEOMETRY, 64), 0, torch.device("cuda"))
     expected = out_of_place(op, inputs)
-    launch.clear()  # calls resolved afresh: their kernels' first launch goes through Triton
-    monkeypatch.setattr(launch, "PREFERRED_CARVEOUT", preference)
-    out_of_place(op, inputs)
     with launch.recording() as launches:
-        got = out_of_place(op, inputs)
+        out_of_place(op, inputs)
     device = torch.cuda.current_device()
-    compiled = [kl.compiled[device] for kl, _ in launches]
-    carveouts = [carveout_of(c) for c in compiled]
-    asked = [kl.settings()["preferred_carveout"] for kl, _ in launches]
-    for c in compiled:  # the driver's default again, and calls resolved afresh, for the
-        carveout.set_carveout(c, -1)  # tests after this one
-    launch.clear()
-    assert compiled and carveouts == asked
+    pairs = [(kl.compiled[device], kl.options["num_warps"]) for kl, _ in launches]
+    asked = [carveout.apply(c, preference, warps, device) for c, warps in pairs]
+    read = [carveout_of(c) for c, _ in pairs]
+    got = out_of_place(op, inputs)
+    for c, _ in pairs:  # the driver's default again, for the tests after this one
+        carveout.set_carveout(c, -1)
+    assert pairs and read == asked
     if preference == carveout.OCCUPANCY:
         limits = carveout.device_limits(device)
-        assert asked == [carveout.occupancy_carveout(c.metadata.shared, kl.options["num_warps"],
-                                                     limits)
-                         for c, (kl, _) in zip(compiled, launches, strict=True)]
+        assert asked == [carveout.occupancy_carveout(c.metadata.shared, warps, limits)
+                         for c, warps in pairs]
     else:
-        assert asked == [0] * len(compiled)
+        assert asked == [0] * len(pairs)
     for e, g in zip(expected, got, strict=True):
         assert torch.equal(e.view(torch.int16), g.view(torch.int16))
