@@ -99,12 +99,15 @@ def check_eps(eps: object) -> float:
 
 
 def out_rows(name: str, out: object, like: torch.Tensor) -> torch.Tensor:
-    """The ``[T, H, D]`` view of an output buffer that must match ``like``'s shape and dtype."""
+    """The ``[T, H, D]`` view of an output buffer that must match ``like``'s shape and dtype
+    (and, being written, must not repeat its memory)."""
     out = check_tensor(name, out)
     if out.shape != like.shape:
         raise ValueError(f"{name}.shape {tuple(out.shape)} must equal {tuple(like.shape)}")
     check_device(name, out, like.device)
-    return as_rows(name, out, like.dtype)
+    rows = as_rows(name, out, like.dtype)
+    check_no_broadcast(name, rows)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -273,14 +276,13 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
                 raise ValueError(f"{name} must be None when inplace=True")
         q_res, k_res = q, k
         qo_rows, ko_rows = q_rows, k_rows
+        check_no_broadcast("q", q_rows)
+        check_no_broadcast("k", k_rows)
     else:
         q_res = torch.empty_like(q) if q_out is None else q_out
         k_res = torch.empty_like(k) if k_out is None else k_out
         qo_rows = out_rows("q_out", q_res, q)
         ko_rows = out_rows("k_out", k_res, k)
-    written = ("q", "k") if inplace else ("q_out", "k_out")
-    for name, x in zip(written, (qo_rows, ko_rows), strict=True):
-        check_no_broadcast(name, x)
     return RopeCall(q_rows, k_rows, qo_rows, ko_rows, pos, cache, amap, rotary_dim,
                     style == "neox")
 

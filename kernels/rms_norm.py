@@ -11,7 +11,6 @@ from .checks import (
     check_choice,
     check_eps,
     check_launchable,
-    check_no_broadcast,
     check_weight,
     out_rows,
 )
@@ -88,7 +87,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
         check_choice("weight_mode", weight_mode, WEIGHT_MODES)
         norm_eps = check_eps(eps)
         y = out_rows("out", torch.empty_like(x) if out is None else out, x)
-        check_no_broadcast("out", y)
         T, H, D = rows.shape
         plan = norm_plan(T, H, D, x.device, x.element_size())
         return nonempty(norm_launch(rows, y, norm_eps, weight_mode == "offset", (0, 1, 2),
