@@ -1,4 +1,7 @@
-"""Comparisons the kernel tests share."""
+"""What the tests share: kernel-output comparisons, archive edits, the scripts as modules."""
+
+import importlib.util
+from pathlib import Path
 
 import torch
 
@@ -55,3 +58,14 @@ def assert_usage_error(result, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
+
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+def script(name: str):
+    """``scripts/NAME.py`` loaded as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

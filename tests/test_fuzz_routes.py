@@ -1,9 +1,7 @@
 """scripts/fuzz_routes.py: its cases pass on the shipped kernels, and a route that differs
 by one bit, or raises, is reported."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,16 +10,12 @@ from qkbench.accuracy import INT_VIEW, bits
 from qkbench.kernels import qk_norm_rope
 
 from conftest import interpreter_only
-
-SCRIPT = Path(__file__).parent.parent / "scripts" / "fuzz_routes.py"
+from helpers import script
 
 
 @pytest.fixture(scope="module")
 def fuzz():
-    spec = importlib.util.spec_from_file_location("fuzz_routes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script("fuzz_routes")
 
 
 def quick_seed(fuzz, first: int = 0) -> int:

@@ -1,7 +1,6 @@
 """The GPU scripts' logic, run on tiny shapes under the interpreter: they pass on the
 shipped kernels and fail loudly on a wrong one."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,15 +14,7 @@ import triton
 from qkbench.kernels import qk_norm_rope
 
 from conftest import interpreter_only
-
-SCRIPTS = Path(__file__).parent.parent / "scripts"
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import SCRIPTS, script
 
 
 @interpreter_only
