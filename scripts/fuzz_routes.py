@@ -52,7 +52,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from qkbench.accuracy import TOLERANCE, bits
+from qkbench.accuracy import TOLERANCE, bits, differing_share
+from qkbench.case import Inputs
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ROUTES = {"fused": "qk_norm_rope", "split": "qk_norm_rope_split"}
@@ -121,26 +122,9 @@ class Case:
     weight_dtype: str  # "fp32", "bf16", or "act": q's
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """A case's arguments, and the views of q's and k's buffers that are neither."""
-
-    q: torch.Tensor
-    k: torch.Tensor
-    q_weight: torch.Tensor
-    k_weight: torch.Tensor
-    positions: torch.Tensor
-    cos_sin_cache: torch.Tensor
-    around: tuple[torch.Tensor, ...]
-
-    def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.q, self.k, self.q_weight, self.k_weight, self.positions,
-                self.cos_sin_cache, *self.around)
-
-
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal shape, dtype and bits (NaN payloads and signed zeros included)."""
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
+    return differing_share(a, b) == 0
 
 
 def draw_mrope(r: random.Random, rotary_dim: int) -> tuple[tuple[int, int, int] | None, str]:
@@ -199,7 +183,7 @@ def draw(seed: int) -> Case:
 
 
 def activations(shape: tuple[int, ...], kind: str, dtype: torch.dtype,
-           gen: torch.Generator) -> torch.Tensor:
+                gen: torch.Generator) -> torch.Tensor:
     """Activations of one kind of VALUES (a normal sample, reshaped), in ``dtype``."""
     x = torch.randn(shape, generator=gen)
     fi = torch.finfo(dtype)
@@ -335,8 +319,9 @@ def cos_sin_cache(case: Case, gen: torch.Generator) -> torch.Tensor:
     return table
 
 
-def make_inputs(case: Case) -> Inputs:
-    """The case's arguments, fresh: the same bits on every call."""
+def make_inputs(case: Case) -> tuple[Inputs, tuple[torch.Tensor, ...]]:
+    """The case's arguments, fresh: the same bits on every call; and the views of q's and
+    k's buffers that are neither."""
     gen = torch.Generator().manual_seed(case.seed)
     q, k, around = qk_tensors(case, gen)
     weight_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
@@ -347,7 +332,7 @@ def make_inputs(case: Case) -> Inputs:
     table = cos_sin_cache(case, gen)
     if case.out == "broadcast_in":
         k = broadcast_tokens(k)
-    return Inputs(q, k, q_weight, k_weight, pos, table, around)
+    return Inputs(q, k, q_weight, k_weight, pos, table), around
 
 
 def outputs(case: Case, q: torch.Tensor, k: torch.Tensor
@@ -378,15 +363,14 @@ def run_route(route: str, case: Case, label: str
     and the problems of this call alone, each starting with ``label``."""
     from qkbench import kernels
 
-    inputs = make_inputs(case)
+    inputs, around = make_inputs(case)
     q_out, k_out, out_around = outputs(case, inputs.q, inputs.k)
     q_before, k_before = inputs.q.clone(), inputs.k.clone()
-    around_before = [x.clone() for x in inputs.around]
+    around_before = [x.clone() for x in around]
     out_around_before = [x.clone() for x in out_around]
     op = getattr(kernels, ROUTES[route])  # looked up per call, so that a patch takes effect
     try:
-        returned = op(inputs.q, inputs.k, inputs.q_weight, inputs.k_weight, inputs.positions,
-                      inputs.cos_sin_cache, q_out=q_out, k_out=k_out, **options(case))
+        returned = inputs.call(op, q_out=q_out, k_out=k_out, **options(case))
     except Exception as e:  # a valid call that raised: this case's problem
         return None, [f"{label} raised {type(e).__name__}: {str(e)[:300]}"]
     problems = []
@@ -402,7 +386,7 @@ def run_route(route: str, case: Case, label: str
         if q_out is None and (q is inputs.q or k is inputs.k):
             problems.append(f"{label}: out of place returned an input")
     # Equal before and after in each route, so equal between the routes too.
-    for where, views, was in (("q and k", inputs.around, around_before),
+    for where, views, was in (("q and k", around, around_before),
                               ("q_out and k_out", out_around, out_around_before)):
         if not all(same(x, b) for x, b in zip(views, was, strict=True)):
             problems.append(f"{label}: wrote outside {where} in their buffers")
@@ -438,16 +422,15 @@ def reference_problems(case: Case, q: torch.Tensor, k: torch.Tensor) -> list[str
     out-of-range positions and from the reference elsewhere."""
     from qkbench.kernels import reference
 
-    inputs = make_inputs(case)
+    inputs, _ = make_inputs(case)
     pos = inputs.positions
     flat = pos.reshape(3 if case.mrope_section is not None else 1, -1)
     valid = (flat >= 0) & (flat < case.max_pos)
     in_range = torch.where(valid, flat, 0).reshape(pos.shape)
     ref_options = {name: value for name, value in options(case).items() if name != "inplace"}
     try:
-        expected = reference.qk_norm_rope_reference(
-            inputs.q, inputs.k, inputs.q_weight, inputs.k_weight, in_range,
-            inputs.cos_sin_cache, **ref_options)
+        expected = inputs.call(reference.qk_norm_rope_reference, positions=in_range,
+                               **ref_options)
     except Exception as e:  # a call both routes took: the reference's problem, reported
         return [f"reference raised {type(e).__name__}: {str(e)[:300]}"]
     defined = defined_channels(case, valid)[:, None, :]
