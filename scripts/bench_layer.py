@@ -6,7 +6,7 @@ interleaved schedule with a null arm.
 The protocols time launches of the op back to back. In a model the kernel before it is the
 QKV projection, a cuBLAS GEMM, and that changes two things:
 - The GEMM leaves each multiprocessor's L1 / shared-memory split where it chose it. A kernel
-  that asks for no split keeps it (``kernels/carveout.py``), so ours then runs with the
+  that asks for no split keeps it (``scripts/carveout.py``), so ours then runs with the
   GEMM's small L1.
 - A PDL launch overlaps its prologue with the GEMM's tail, not with a copy of itself.
 
@@ -105,8 +105,10 @@ def route_launch(inputs, inplace: bool, route: str, twin_of: str | None, **optio
     (``out``), and for a twin whether its PTX equals the route's own kernels'
     (``ptx_equal``) and the carveouts set (``carveouts``; both None without compiled
     kernels)."""
+    import carveout
+
     from qkbench.case import fresh_copy
-    from qkbench.kernels import carveout, launch, qk_norm_rope, qk_norm_rope_split
+    from qkbench.kernels import launch, qk_norm_rope, qk_norm_rope_split
 
     op = {"fused": qk_norm_rope, "split": qk_norm_rope_split}[route]
     q, k = fresh_copy(inputs.q), fresh_copy(inputs.k)

@@ -62,10 +62,11 @@ def labels() -> list[str]:
 
 def launches(device: torch.device, quick: bool) -> dict[str, Callable[[], object]]:
     """Every step of ``SEQUENCE``, ready and launched once (compiled, warm)."""
+    import carveout
     import probe_process_state as probe
     from bench_layer import TWINS, twin
 
-    from qkbench.kernels import carveout, launch
+    from qkbench.kernels import launch
     from qkbench.routes import resolve
 
     fused = probe.fused_launch(device, quick, 1, 0)

@@ -57,7 +57,7 @@ from bench_kernels import add_device_options, device_of
 def prefer_l1(compiled) -> None:
     """Ask the driver to run ``compiled`` (a Triton CompiledKernel) with all L1, no shared
     memory carved out, whatever ran before it (a no-op without a compiled CUDA kernel)."""
-    from qkbench.kernels import carveout
+    import carveout
 
     if hasattr(compiled, "function"):
         carveout.set_carveout(compiled, 0)

@@ -20,6 +20,12 @@ def assert_matches_oracle(out: torch.Tensor, oracle: torch.Tensor, what: str = "
     assert within_tolerance(error, out.dtype), f"{what}: {error} (bounds {TOLERANCE[out.dtype]})"
 
 
+def out_of_place(op, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """``op``'s outputs for ``inputs``, written into fresh tensors."""
+    q_out, k_out = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
+    return inputs.call(op, inplace=False, q_out=q_out, k_out=k_out)
+
+
 def oracle_of(inputs) -> tuple[torch.Tensor, torch.Tensor]:
     return inputs.call(reference.qk_norm_rope_oracle)
 

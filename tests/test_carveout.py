@@ -1,9 +1,18 @@
 """The carveout a kernel asks the driver for: the attribute set, the occupancy-keeping
-share, and the errors named (a fake driver: no GPU needed)."""
+share, and the errors named (a fake driver), and on a GPU what the driver reads back."""
+
+import ctypes
 
 import pytest
+import torch
 
-from qkbench.kernels import carveout
+from qkbench.case import Case, Geometry, make_inputs
+from qkbench.kernels import launch, qk_norm_rope, qk_norm_rope_split
+
+from conftest import gpu_only
+from helpers import assert_bit_identical, out_of_place, script
+
+carveout = script("carveout")
 
 # An H200's multiprocessor, as cuDeviceGetAttribute reports it.
 H200 = {"threads": 2048, "shared": 233472, "blocks": 32, "reserved": 1024}
@@ -84,3 +93,38 @@ def test_apply_refuses_a_preference_that_is_neither_a_share_nor_occupancy(prefer
                                          "'occupancy'"):
         carveout.apply(FakeCompiled(), preference, 1, 0)
     assert driver.calls == []
+
+
+def carveout_of(compiled) -> int:
+    value = ctypes.c_int(-2)
+    rc = ctypes.CDLL("libcuda.so.1").cuFuncGetAttribute(
+        ctypes.byref(value), ctypes.c_int(9), ctypes.c_void_p(compiled.function))
+    assert rc == 0
+    return value.value
+
+
+@gpu_only
+@pytest.mark.parametrize("preference", [0, carveout.OCCUPANCY])
+@pytest.mark.parametrize("op", [qk_norm_rope, qk_norm_rope_split])
+def test_a_carveout_applied_to_a_calls_kernels_is_what_the_driver_reads_back(op, preference):
+    geometry = Geometry("qwen3-32x8", 32, 8, 128, inplace=False)
+    inputs = make_inputs(Case(geometry, 64), 0, torch.device("cuda"))
+    expected = out_of_place(op, inputs)
+    with launch.recording() as launches:
+        out_of_place(op, inputs)
+    device = torch.cuda.current_device()
+    pairs = [(kl.compiled[device], kl.options["num_warps"]) for kl, _ in launches]
+    asked = [carveout.apply(c, preference, warps, device) for c, warps in pairs]
+    read = [carveout_of(c) for c, _ in pairs]
+    got = out_of_place(op, inputs)
+    for c, _ in pairs:  # the driver's default again, for the tests after this one
+        carveout.set_carveout(c, -1)
+    assert pairs and read == asked
+    if preference == carveout.OCCUPANCY:
+        limits = carveout.device_limits(device)
+        assert asked == [carveout.occupancy_carveout(c.metadata.shared, warps, limits)
+                         for c, warps in pairs]
+    else:
+        assert asked == [0] * len(pairs)
+    for e, g in zip(expected, got, strict=True):
+        assert_bit_identical(e, g, "after the carveout")

@@ -2,23 +2,17 @@
 addresses and the current stream: the same bits as Triton's own dispatch, on the stream
 the caller is on."""
 
-import ctypes
-
 import pytest
 import torch
 import triton
 
 from qkbench.case import Case, Geometry, make_inputs
-from qkbench.kernels import carveout, launch, qk_norm_rope, qk_norm_rope_split
+from qkbench.kernels import launch, qk_norm_rope, qk_norm_rope_split
 
 from conftest import gpu_only
+from helpers import out_of_place
 
 GEOMETRY = Geometry("qwen3-32x8", 32, 8, 128, inplace=False)
-
-
-def out_of_place(op, inputs) -> tuple[torch.Tensor, torch.Tensor]:
-    q_out, k_out = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
-    return inputs.call(op, inplace=False, q_out=q_out, k_out=k_out)
 
 
 @gpu_only
@@ -66,37 +60,3 @@ def test_a_launch_hook_sees_every_launch_of_a_cached_call():
     finally:
         hooks.remove(seen.append)
     assert [m.get()["name"] for m in seen] == ["rms_norm_kernel", "rms_norm_kernel", "rope_kernel"]
-
-
-def carveout_of(compiled) -> int:
-    value = ctypes.c_int(-2)
-    rc = ctypes.CDLL("libcuda.so.1").cuFuncGetAttribute(
-        ctypes.byref(value), ctypes.c_int(9), ctypes.c_void_p(compiled.function))
-    assert rc == 0
-    return value.value
-
-
-@gpu_only
-@pytest.mark.parametrize("preference", [0, carveout.OCCUPANCY])
-@pytest.mark.parametrize("op", [qk_norm_rope, qk_norm_rope_split])
-def test_a_carveout_applied_to_a_calls_kernels_is_what_the_driver_reads_back(op, preference):
-    inputs = make_inputs(Case(GEOMETRY, 64), 0, torch.device("cuda"))
-    expected = out_of_place(op, inputs)
-    with launch.recording() as launches:
-        out_of_place(op, inputs)
-    device = torch.cuda.current_device()
-    pairs = [(kl.compiled[device], kl.options["num_warps"]) for kl, _ in launches]
-    asked = [carveout.apply(c, preference, warps, device) for c, warps in pairs]
-    read = [carveout_of(c) for c, _ in pairs]
-    got = out_of_place(op, inputs)
-    for c, _ in pairs:  # the driver's default again, for the tests after this one
-        carveout.set_carveout(c, -1)
-    assert pairs and read == asked
-    if preference == carveout.OCCUPANCY:
-        limits = carveout.device_limits(device)
-        assert asked == [carveout.occupancy_carveout(c.metadata.shared, warps, limits)
-                         for c, warps in pairs]
-    else:
-        assert asked == [0] * len(pairs)
-    for e, g in zip(expected, got, strict=True):
-        assert torch.equal(e.view(torch.int16), g.view(torch.int16))

@@ -536,7 +536,7 @@ def test_layer_bench_records_a_shape_that_raised_and_exits_1(tmp_path, monkeypat
 
 
 def test_layer_benchs_fit_twin_asks_for_the_occupancy_carveout():
-    from qkbench.kernels import carveout
+    carveout = script("carveout")
 
     assert script("bench_layer").TWINS["-fit"][1] == carveout.OCCUPANCY
 
