@@ -46,6 +46,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -108,7 +109,7 @@ def probes(device: torch.device, quick: bool, names: Sequence[str]
     from bench_kernels import launcher
 
     from qkbench.kernels import qk_norm_rope_split
-    from qkbench.limits import _empty_kernel, _row_kernel, rows_copy_launch
+    from qkbench.limits import _row_kernel, rows_copy_launch
 
     def row_at_position(carveout_0: bool) -> Callable[[], None]:
         rows = 4096
@@ -127,10 +128,6 @@ def probes(device: torch.device, quick: bool, names: Sequence[str]
             prefer_l1(launch())
         return launch
 
-    def empty() -> Callable[[], None]:
-        x = torch.empty(1, device=device)
-        return lambda: _empty_kernel[(1,)](x)
-
     def rows_copy(tokens: int) -> Callable[[], None]:
         x = inputs_at(device, quick, tokens, 5)
         return rows_copy_launch(x.q, x.k, torch.empty_like(x.q), torch.empty_like(x.k), 1024)
@@ -140,7 +137,7 @@ def probes(device: torch.device, quick: bool, names: Sequence[str]
         "fused": lambda: fused_launch(device, quick, 1, 0),
         "fused-jit": lambda: triton_dispatch(fused_launch(device, quick, 1, 0)),
         "split": lambda: launcher(qk_norm_rope_split, inputs_at(device, quick, 1, 0), True),
-        "empty": empty,
+        "empty": lambda: empty_launch(device),
         "row-at-position": lambda: row_at_position(False),
         "row-at-position-l1": lambda: row_at_position(True),
         # Past the L2: does the state touch a bandwidth-bound launch of ours too?
@@ -217,10 +214,22 @@ def same_bytes_copy(device: torch.device, quick: bool) -> Callable[[], None]:
     return lambda: (q.copy_(x.q), k.copy_(x.k))
 
 
-def large_allocation(device: torch.device, quick: bool) -> None:
+def large_allocation(device: torch.device, quick: bool, fill: bool = True) -> None:
+    """8 GiB allocated (and filled by a kernel if ``fill``), then freed to the cache."""
     x = torch.empty((1 << 20) if quick else (8 << 30), dtype=torch.uint8, device=device)
-    x.fill_(1)
+    if fill:
+        x.fill_(1)
     del x
+
+
+def empty_launch(device: torch.device, pdl: bool = False) -> Callable[[], None]:
+    """Triton's empty one-program kernel, with Programmatic Dependent Launch if ``pdl``
+    (a compiled variant of its own)."""
+    from qkbench.limits import _empty_kernel
+
+    x = torch.empty(1, device=device)
+    options = {"launch_pdl": True} if pdl and device.type == "cuda" else {}
+    return lambda: _empty_kernel[(1,)](x, **options)
 
 
 def sleep(seconds: float, quick: bool) -> Callable[[], None]:
@@ -269,6 +278,7 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
     from qkbench.limits import copy_bandwidth
 
     empty_cache = torch.cuda.empty_cache if device.type == "cuda" else (lambda: None)
+    synchronize = backend.synchronize
 
     def graph_of(make: Callable[[], Callable[[], None]], label: str):
         return lambda: replayed(backend, make(), inner_reps, label)
@@ -288,6 +298,33 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
 
     def copy() -> None:
         copy_bandwidth(backend)
+
+    def eager(launch: Callable[[], object], stream: bool = False):
+        """``launch`` (made and compiled before the first step, so the step allocates and
+        compiles nothing) run once outside a graph (on a stream of its own if ``stream``),
+        then the device synchronised."""
+        launch()
+        side = torch.cuda.Stream(device) if stream and device.type == "cuda" else None
+
+        def run() -> None:
+            with torch.cuda.stream(side) if side else nullcontext():
+                launch()
+            synchronize()
+        return run
+
+    def bare_allocation() -> None:
+        large_allocation(device, quick, fill=False)
+        empty_cache()
+
+    kept: list[torch.Tensor] = []
+
+    def keep_allocation() -> None:
+        kept.append(torch.empty((1 << 20) if quick else (1 << 30), dtype=torch.uint8,
+                                device=device))
+
+    def free_kept() -> None:
+        kept.clear()
+        empty_cache()
 
     def carveout() -> None:
         for kernel_launch in ours:
@@ -323,6 +360,23 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
         "prefer-l1": ("carveout 0 on the op's kernels; the probes' graphs captured anew",
                       carveout, True),
         "idle10": ("idle 10 s", sleep(10, quick), False),
+        "sync": ("the device synchronised", synchronize, False),
+        "alloc-bare": ("8 GiB allocated (no kernel), freed, cache emptied", bare_allocation,
+                       False),
+        "malloc": ("1 GiB allocated (no kernel) and kept", keep_allocation, False),
+        "free": ("the kept allocations freed, cache emptied", free_kept, False),
+        "eager-empty": ("Triton's empty kernel launched once outside a graph",
+                        eager(empty_launch(device)), False),
+        "eager-empty-stream": ("Triton's empty kernel launched once outside a graph, on a "
+                               "stream of its own", eager(empty_launch(device), True), False),
+        "eager-torch": ("a torch elementwise op launched once outside a graph",
+                        eager(torch_elementwise(device)), False),
+        "eager-fused": ("the fused op at T = 1 launched once outside a graph",
+                        eager(fused_launch(device, quick, 1, 7)), False),
+        "eager-pdl-empty": ("Triton's empty kernel launched once outside a graph, with PDL",
+                            eager(empty_launch(device, pdl=True)), False),
+        "pdl-empty": ("a graph of Triton's empty kernel with PDL replayed 20 times",
+                      graph_of(lambda: empty_launch(device, pdl=True), "pdl-empty"), False),
     }
 
 

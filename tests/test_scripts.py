@@ -474,6 +474,21 @@ def test_process_state_probe_times_every_probe_after_every_step(tmp_path):
 
 
 @interpreter_only
+def test_process_state_probe_runs_its_allocation_and_eager_launch_steps(tmp_path):
+    probe = script("probe_process_state")
+    out = tmp_path / "probe.json"
+    asked = ["malloc", "free", "alloc-bare", "sync", "eager-empty", "eager-empty-stream",
+             "eager-torch", "eager-fused", "eager-pdl-empty", "pdl-empty"]
+    argv = ["--device", "cpu", "--quick", "--steps", ",".join(asked), "--probes", "empty",
+            "--out", str(out)]
+    assert probe.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["step"] for row in rows] == asked
+    assert all(row["us"]["empty"] > 0 for row in rows)
+    assert [row["step"] for row in rows if row["step_us"] is not None] == ["pdl-empty"]
+
+
+@interpreter_only
 def test_process_state_probe_runs_the_steps_and_probes_asked_for_in_their_order(tmp_path):
     out = tmp_path / "probe.json"
     argv = ["--device", "cpu", "--quick", "--steps", "cell,start,cell", "--probes",
