@@ -440,6 +440,9 @@ def _case(archive: dict, proto: Protocol, p: dict, case_index: int, case: Case,
                                 f"{' or '.join(map(str, warm))}")
         if "placement" in comp:
             _placement(name, comp["placement"], seed + k, p["order"], found)
+        if "floor" in comp and len(comp["floor"]["samples"]) != t.samples:
+            problems.append(f"{name}: the launch floor has {len(comp['floor']['samples'])} "
+                            f"samples, the protocol's timing gives {t.samples}")
 
 
 def _verification(where: str, name: str, check: dict, dtype: torch.dtype,

@@ -108,17 +108,22 @@ def copy_bandwidth(backend: Backend, samples: int = 20) -> dict:
             "samples": seconds}
 
 
+def empty_launch(device: torch.device, programs: int = 1) -> Callable[[], None]:
+    """A launch of Triton's empty kernel in ``programs`` programs, its buffer allocated."""
+    x = torch.empty(1, device=device)
+    return lambda: _empty_kernel[(programs,)](x)
+
+
 def launch_floor(backend: Backend, inner_reps: int, samples: int = 100) -> dict:
     """Per-call time of an empty one-program and one-program-per-SM Triton kernel."""
-    x = torch.empty(1, device=backend.device)
     programs = {"one_program": 1}
     if backend.device.type == "cuda":
         index = backend.device.index or 0
         programs["one_per_sm"] = torch.cuda.get_device_properties(index).multi_processor_count
     out = {}
     for name, grid in programs.items():
-        seconds = per_call_seconds(backend, lambda grid=grid: _empty_kernel[(grid,)](x),
-                                   inner_reps, samples, "floor")
+        seconds = per_call_seconds(backend, empty_launch(backend.device, grid), inner_reps,
+                                   samples, "floor")
         out[name] = {"programs": grid, "median_s": statistics.median(seconds),
                      "samples": seconds}
     return out

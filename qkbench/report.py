@@ -130,15 +130,15 @@ def tables(archive: dict) -> list[Table]:
                       f"its coverage of the median delta; width = worst kept |null|)",
                       ["geometry", "T", "kept", f"{comp['baseline']} us",
                        f"{comp['candidate']} us", "delta", cover, "width", "verdict",
-                       "copy us", "cand. share of copy BW"],
-                      compact=[0, 1, 3, 4, 5, 6, 8], keys=2, wrap={6, 8, 10})
+                       "copy us", "floor us", "cand. share of copy BW"],
+                      compact=[0, 1, 3, 4, 5, 6, 8], keys=2, wrap={6, 8, 11})
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
             bw = c.get("bandwidth", {}).get("candidate", {})
             cases.rows.append([c["geometry"], str(c["tokens"]), f"{e['kept']}/{e['total']}",
                                _num(t.get("baseline")), _num(t.get("candidate")),
                                _pct(e["estimate"]), _interval(e), _pct(e["width"], False),
-                               _verdict(e), _num(t.get("copy")),
+                               _verdict(e), _num(t.get("copy")), _num(t.get("floor")),
                                _pct(bw.get("share_of_copy"), False)])
         out.append(cases)
         if comp["bands"]:

@@ -48,9 +48,12 @@ def times_and_bandwidth(rows: list[dict], nbytes: dict[str, int], pair: tuple[st
                         copy_gbps: float | None) -> dict:
     """A cell's ``time_us`` and ``bandwidth`` from the rows its verdict used (medians):
     each route's rate on its own bytes, as a share of the device's copy and against the
-    case's same-bytes copy."""
-    times = {role: median(r[f"{role}_s"] for r in rows)
-             for role in ("baseline", "candidate", "copy")}
+    case's same-bytes copy; and the launch floor its comparisons ran beside, where every
+    row timed one."""
+    roles = ["baseline", "candidate", "copy"]
+    if all(r.get("floor_s") is not None for r in rows):
+        roles.append("floor")
+    times = {role: median(r[f"{role}_s"] for r in rows) for role in roles}
     return {"time_us": {k: v * 1e6 for k, v in times.items()},
             "bandwidth": {
                 role: {"route_gbps": nbytes[route] / times[role] / 1e9,
@@ -90,6 +93,7 @@ def _row(p: dict, case_result: dict, comp: dict, timing: dict) -> dict:
         "baseline_s": stats.baseline_time(arms["A"], arms["A'"]),
         "candidate_s": median(arms["B"]),
         "copy_s": median(case_result["copy"]["samples"]),
+        "floor_s": median(comp["floor"]["samples"]) if "floor" in comp else None,
         "slot_medians": [median(a["samples"]) for a in comp["arms"]],
         "kept": reason is None, "drop_reason": reason, "flags": flags,
     }

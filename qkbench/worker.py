@@ -83,7 +83,14 @@ def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs
              inplace: bool, order: tuple[str, ...], p: Protocol, reps: int,
              placement_seed: int) -> dict:
     """Time the three arms of one comparison in ``order`` under the protocol's schedule."""
+    from qkbench.limits import empty_launch
+
     t = p.timing
+    # The launch floor is timed after the arms, in the launch state they ran in (an
+    # allocation or a PDL launch moves it by 0.18 us a launch on the H200): its buffer is
+    # allocated and its graph captured before they are timed, so nothing comes between.
+    floor = empty_launch(backend.device)
+    floor()
     placement = schedule.Placement(placement_seed, order, backend.device)
     launches = {}
     for label in placement.order:  # a random order of its own, not the sampling order
@@ -92,6 +99,7 @@ def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs
         for launch in launches[label]:
             launch()
     prepared = [backend.prepare(launches[label], reps, label) for label in order]
+    floor_arm = backend.prepare([floor], t.inner_reps, "floor")
     plan = schedule.sample_plan(len(order), t.warmup, t.samples, t.schedule, t.chunk)
     timed = backend.run(prepared, plan.arms, plan.sync_after)
     per_arm = schedule.split_by_arm(timed.seconds, plan, len(order))
@@ -105,7 +113,17 @@ def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs
             if timed.telemetry else [],
         })
     return {"baseline": routes["A"].name, "candidate": routes["B"].name, "status": "ok",
-            "placement": placement.record(), "arms": arms}
+            "placement": placement.record(), "arms": arms,
+            "floor": {"programs": 1, "launches_per_replay": t.inner_reps,
+                      "samples": _reference_samples(backend, floor_arm, p)}}
+
+
+def _reference_samples(backend: Backend, arm: object, p: Protocol) -> list[float]:
+    """The timed samples of one prepared reference arm under the protocol's sample plan."""
+    t = p.timing
+    plan = schedule.sample_plan(1, t.warmup, t.samples, t.schedule, t.chunk)
+    seconds = backend.run([arm], plan.arms, plan.sync_after).seconds
+    return schedule.split_by_arm(seconds, plan, 1)[0][1]
 
 
 def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol,
@@ -124,11 +142,8 @@ def _copy_reference(backend: Backend, input_sets: list[Inputs], p: Protocol,
     for launch in launches:
         launch()
     arm = backend.prepare(launches, reps, "copy")
-    t = p.timing
-    plan = schedule.sample_plan(1, t.warmup, t.samples, t.schedule, t.chunk)
-    seconds = backend.run([arm], plan.arms, plan.sync_after).seconds
     return {"bytes": 2 * _qk_bytes(input_sets[0]),
-            "samples": schedule.split_by_arm(seconds, plan, 1)[0][1]}
+            "samples": _reference_samples(backend, arm, p)}
 
 
 def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_index: int,

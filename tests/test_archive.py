@@ -154,6 +154,29 @@ def first_arm(run: dict) -> dict:
     return run["passes"][0]["cases"][0]["comparisons"][0]["arms"][0]
 
 
+def test_every_comparison_times_the_launch_floor_beside_its_arms(smoke_archive):
+    timing = smoke_archive["protocol"]["resolved"]["timing"]
+    for p in smoke_archive["passes"]:
+        for case in p["cases"]:
+            for comp in case["comparisons"]:
+                floor = comp["floor"]
+                assert (floor["programs"], floor["launches_per_replay"]) == (
+                    1, timing["inner_reps"])
+                assert len(floor["samples"]) == timing["samples"]
+                assert all(s > 0 for s in floor["samples"])
+
+
+def test_audit_fails_when_a_launch_floor_sample_no_longer_gives_the_stored_summary(
+        smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    for p in edited["passes"]:
+        floor = p["cases"][0]["comparisons"][0]["floor"]
+        floor["samples"] = [s * 10 for s in floor["samples"]]
+    problems = audit(reseal(edited))
+    assert problems and all(p.startswith("summary.") for p in problems), problems
+    assert any("floor" in p for p in problems), problems
+
+
 def test_audit_fails_when_one_raw_sample_is_edited(smoke_archive):
     edited = copy.deepcopy(smoke_archive)
     first_arm(edited)["samples"][0] *= 1.5

@@ -71,6 +71,11 @@ def _drop_a_sample(run: dict) -> None:
     resummarize(run)
 
 
+def _drop_a_floor_sample(run: dict) -> None:
+    run["passes"][0]["cases"][0]["comparisons"][0]["floor"]["samples"].pop()
+    resummarize(run)
+
+
 def _raise_the_drop_threshold(run: dict) -> None:
     run["protocol"]["resolved"]["timing"]["drop_threshold"] = 0.5
     resummarize(run)
@@ -114,6 +119,7 @@ CONSISTENCY_TAMPERS = {
     "order-not-its-slots": _order_not_its_slots,
     "a-b-labels-swapped": _swap_a_and_b,
     "sample-count": _drop_a_sample,
+    "floor-sample-count": _drop_a_floor_sample,
     "copy-gbps": _figure("passes.0.limits.copy.gbps", 1.25),
     "launch-floor": _figure("passes.0.limits.launch_floor.one_program.median_s", 0.5),
     "case-bytes": _figure("passes.0.cases.0.bytes.fused", 0.5),
@@ -180,6 +186,8 @@ def test_structural_and_figure_tampers_are_caught_even_with_the_digests_recomput
                            "the candidate route fused"),
     ("sample-count", "pass 0 tiny-4x2/T1 split -> fused: arm B has 4 timed and 2 warm-up "
                      "samples; the protocol's sample plan gives 5 and 2"),
+    ("floor-sample-count", "pass 0 tiny-4x2/T1 split -> fused: the launch floor has 4 samples, "
+                           "the protocol's timing gives 5"),
     ("copy-gbps", "pass 0 limits: copy gbps "),
     ("launch-floor", "pass 0 limits: launch_floor one_program median_s "),
     ("case-bytes", "pass 0 tiny-4x2/T1: bytes of route fused are "),

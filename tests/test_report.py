@@ -183,3 +183,19 @@ def test_report_says_a_run_stopped_whose_lock_file_names_only_dead_processes(one
     lock_path(path).write_text('{"manager": 999999999, "worker": null}')  # a killed run's
     result = CliRunner().invoke(app, ["report", str(path)])
     assert result.stderr.startswith(f"note: no qkbench is writing {path}")
+
+
+def test_the_per_cell_table_shows_the_launch_floor_timed_beside_each_cell(tmp_path):
+    from synthetic import REFERENCE_SECONDS, synthetic_sweep, tiny_protocol
+
+    run = synthetic_sweep(tiny_protocol(), tmp_path / "run.json")
+    (cells, *_) = report.tables(run)
+    column = cells.headers.index("floor us")
+    floor_us = f"{REFERENCE_SECONDS['floor'] * 1e6:.2f}"
+    assert [row[column] for row in cells.rows] == [floor_us, floor_us]
+
+
+def test_the_floor_column_of_an_archive_that_timed_none_is_empty(h200):
+    (cells, *_) = report.tables(h200)
+    column = cells.headers.index("floor us")
+    assert {row[column] for row in cells.rows} == {"-"}
