@@ -93,9 +93,10 @@ def _row(p: dict, case_result: dict, comp: dict, timing: dict) -> dict:
         "baseline_s": stats.baseline_time(arms["A"], arms["A'"]),
         "candidate_s": median(arms["B"]),
         "copy_s": median(case_result["copy"]["samples"]),
-        "floor_s": median(comp["floor"]["samples"]) if "floor" in comp else None,
         "slot_medians": [median(a["samples"]) for a in comp["arms"]],
         "kept": reason is None, "drop_reason": reason, "flags": flags,
+        # Archives from before 2026-12-05 timed no floor: their rows keep their keys.
+        **({"floor_s": median(comp["floor"]["samples"])} if "floor" in comp else {}),
     }
 
 

@@ -6,7 +6,9 @@ per cell, every route of the run side by side.
 Each route's column is its time per call in us; the fused route's also its share of the
 copy bandwidth and its resolved delta against the baseline with the run's width (the worst
 kept |null|). A cell whose comparison has no verdict shows the verdict instead of a time
-(the report never prints times it could not resolve).
+(the report never prints times it could not resolve). Where the comparisons timed the
+launch floor beside their arms, each comparison's floor has a column of its own: a PDL
+arm changes the state its comparison runs in.
 """
 
 import argparse
@@ -34,6 +36,11 @@ def _share(case: dict) -> str:
     return "-" if share is None or not _resolved(case) else f"{share * 100:.1f} %"
 
 
+def _floor(case: dict) -> str:
+    floor = case.get("time_us", {}).get("floor")
+    return "-" if floor is None else f"{floor:.2f}"
+
+
 def table(path: Path) -> str:
     run = audit.read_checked(path)
     result = summary.current(run)
@@ -52,11 +59,15 @@ def table(path: Path) -> str:
         f"{limits['launch_floor_us']['one_program']:.2f} us",
         "",
     ]
+    floors = any("floor" in c.get("time_us", {}) for cases in comps.values()
+                 for c in cases.values())
     head = ["geometry", "T", f"{base} us"]
     for name in comps:
         head.append(f"{name} us")
         if name.startswith("fused"):
             head += [f"{name} % of copy", f"{name} vs {base}"]
+        if floors:
+            head.append(f"floor us beside {name}")
     lines += ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for key, case in first.items():
         baseline = next((c[key]["time_us"]["baseline"] for c in comps.values()
@@ -67,6 +78,8 @@ def table(path: Path) -> str:
             row.append(_us(cases[key]))
             if name.startswith("fused"):
                 row += [_share(cases[key]), _delta(cases[key])]
+            if floors:
+                row.append(_floor(cases[key]))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

@@ -7,6 +7,7 @@ Re-indenting an archive is not an edit.
 """
 
 import copy
+import gzip
 import json
 import os
 from pathlib import Path
@@ -353,6 +354,30 @@ def test_a_raised_drop_threshold_with_the_summary_recomputed_is_caught(smoke_arc
 
 
 COMMITTED = sorted(RESULTS.glob("h*/*.json"))
+
+
+def _run_archives(schema: int) -> list[Path]:
+    """Every committed run archive of ``schema`` (the other JSON under results/ are bench
+    outputs)."""
+    found = []
+    for path in sorted(RESULTS.rglob("*.json*")):
+        if path.suffix not in (".json", ".gz") or "logs" in path.parts:
+            continue
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as f:
+            head = json.load(f)
+        if (isinstance(head, dict) and head.get("kind") == archives.KIND
+                and head.get("schema_version") == schema):
+            found.append(path)
+    return found
+
+
+RECENT = _run_archives(archives.SCHEMA_VERSION)
+
+
+@pytest.mark.parametrize("path", RECENT, ids=[str(p.relative_to(RESULTS)) for p in RECENT])
+def test_every_committed_archive_of_todays_schema_audits_clean_by_todays_rules(path):
+    assert examine(archives.read(path)).problems == []
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.name}/{p.name}" for p in COMMITTED])

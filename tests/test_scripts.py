@@ -117,20 +117,27 @@ def test_sanitize_case_sees_a_route_without_nan():
 
 @interpreter_only
 def test_perf_tables_render_each_route_beside_the_baseline_with_its_resolved_delta(tmp_path):
-    from synthetic import BASE_SECONDS, synthetic_sweep, tiny_protocol
+    from synthetic import BASE_SECONDS, REFERENCE_SECONDS, synthetic_sweep, tiny_protocol
 
     out = tmp_path / "run.json"
     synthetic_sweep(tiny_protocol("tables"), out, effect=-0.3)
     lines = script("perf_tables").table(out).splitlines()
     assert lines[0].startswith(f"**tables** (`{out}`)")
     assert lines[2] == ("| geometry | T | split us | fused us | fused % of copy "
-                        "| fused vs split |")
+                        "| fused vs split | floor us beside fused |")
     rows = [line.strip("| ").split(" | ") for line in lines[4:]]
     assert [row[1] for row in rows] == ["1", "3"]  # one row per cell, in protocol order
     for row in rows:
         assert float(row[2]) == pytest.approx(BASE_SECONDS * 1e6, rel=0.01)
         assert float(row[3]) == pytest.approx(0.7 * BASE_SECONDS * 1e6, rel=0.01)
         assert row[5].startswith("-30.")  # the planted -30 %, with the run's width
+        assert float(row[6]) == pytest.approx(REFERENCE_SECONDS["floor"] * 1e6, rel=0.01)
+
+
+def test_perf_tables_of_an_archive_without_floors_have_no_floor_column():
+    lines = script("perf_tables").table(
+        Path(__file__).parent.parent / "results/h200/2026-12-04-v39/dit.json.gz").splitlines()
+    assert "floor" not in lines[2]
 
 
 @interpreter_only
