@@ -165,6 +165,7 @@ def sweep(
     isolation: TIMING.isolation = None,
     threshold: TIMING.threshold = None,
     cache: TIMING.cache = None,
+    launch_state: TIMING.launch_state = None,
     pass_timeout: Annotated[float | None, typer.Option(
         help="seconds a pass's worker process may run (start-up included) before it is "
              "ended and the pass recorded failed ('timed out after N s') and replaced; "
@@ -195,7 +196,7 @@ def sweep(
         proto = _protocol(protocol, dev).with_overrides(
             routes=route, passes=passes, warmup=warmup, samples=samples, inner_reps=inner_reps,
             schedule=schedule, isolation=isolation, drop_threshold=threshold, cache=cache,
-            pass_timeout=pass_timeout)
+            launch_state=launch_state, pass_timeout=pass_timeout)
         from qkbench import report, runner
 
         path = archive_path(out_path, proto.name, resume)

@@ -114,6 +114,7 @@ def gate(
     isolation: TIMING.isolation = None,
     threshold: TIMING.threshold = None,
     cache: TIMING.cache = None,
+    launch_state: TIMING.launch_state = None,
 ) -> None:
     from qkbench import gate as rules
     from qkbench.cli import err, out
@@ -122,6 +123,7 @@ def gate(
                      "--passes": passes, "--warmup": warmup, "--samples": samples,
                      "--inner-reps": inner_reps, "--schedule": schedule,
                      "--isolation": isolation, "--threshold": threshold, "--cache": cache,
+                     "--launch-state": launch_state,
                      "--device": None if device == "auto" else device}
     try:
         tol = rules.parse_tolerance(tolerance)
@@ -156,7 +158,7 @@ def gate(
                                             passes=passes, warmup=warmup, samples=samples,
                                             inner_reps=inner_reps, schedule=schedule,
                                             isolation=isolation, drop_threshold=threshold,
-                                            cache=cache))
+                                            cache=cache, launch_state=launch_state))
         elif forms[0] == "RUN":
             outcome, measure = _one_run(run, expect or [], tol, max_inconclusive)
         else:

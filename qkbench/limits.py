@@ -108,10 +108,13 @@ def copy_bandwidth(backend: Backend, samples: int = 20) -> dict:
             "samples": seconds}
 
 
-def empty_launch(device: torch.device, programs: int = 1) -> Callable[[], None]:
-    """A launch of Triton's empty kernel in ``programs`` programs, its buffer allocated."""
+def empty_launch(device: torch.device, programs: int = 1, pdl: bool = False
+                 ) -> Callable[[], None]:
+    """A launch of Triton's empty kernel in ``programs`` programs, its buffer allocated;
+    with Programmatic Dependent Launch if ``pdl`` (a variant of its own, CUDA only)."""
     x = torch.empty(1, device=device)
-    return lambda: _empty_kernel[(programs,)](x)
+    options = {"launch_pdl": True} if pdl and device.type == "cuda" else {}
+    return lambda: _empty_kernel[(programs,)](x, **options)
 
 
 def launch_floor(backend: Backend, inner_reps: int, samples: int = 100) -> dict:

@@ -24,4 +24,6 @@ def timing(suffix: str) -> SimpleNamespace:
         isolation=option(str, "process (a fresh process per pass) or inprocess"),
         threshold=option(float, "drop a (pass, case) whose |null| exceeds this share"),
         cache=option(str, "hot or cold"),
+        launch_state=option(str, "as-found, or pdl: an empty PDL launch before each "
+                                 "comparison's arms are timed, the state a PDL arm leaves"),
     )

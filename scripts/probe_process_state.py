@@ -109,7 +109,7 @@ def probes(device: torch.device, quick: bool, names: Sequence[str]
     from bench_kernels import launcher
 
     from qkbench.kernels import qk_norm_rope_split
-    from qkbench.limits import _row_kernel, rows_copy_launch
+    from qkbench.limits import _row_kernel, empty_launch, rows_copy_launch
 
     def row_at_position(carveout_0: bool) -> Callable[[], None]:
         rows = 4096
@@ -222,16 +222,6 @@ def large_allocation(device: torch.device, quick: bool, fill: bool = True) -> No
     del x
 
 
-def empty_launch(device: torch.device, pdl: bool = False) -> Callable[[], None]:
-    """Triton's empty one-program kernel, with Programmatic Dependent Launch if ``pdl``
-    (a compiled variant of its own)."""
-    from qkbench.limits import _empty_kernel
-
-    x = torch.empty(1, device=device)
-    options = {"launch_pdl": True} if pdl and device.type == "cuda" else {}
-    return lambda: _empty_kernel[(1,)](x, **options)
-
-
 def sleep(seconds: float, quick: bool) -> Callable[[], None]:
     return lambda: None if quick else time.sleep(seconds)
 
@@ -275,7 +265,7 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
           ours: list) -> dict[str, Step]:
     """key -> the step; ``ours``: the op's kernel launches behind the probes (their
     compiled kernels take the carveout at ``prefer-l1``)."""
-    from qkbench.limits import copy_bandwidth
+    from qkbench.limits import copy_bandwidth, empty_launch
 
     empty_cache = torch.cuda.empty_cache if device.type == "cuda" else (lambda: None)
     synchronize = backend.synchronize

@@ -139,6 +139,7 @@ def test_overrides_leave_the_original_protocol_unchanged():
 @pytest.mark.parametrize(("override", "message"), [
     ({"schedule": "zigzag"}, "'timing.schedule' must be one of"),
     ({"isolation": "thread"}, "'timing.isolation' must be one of"),
+    ({"launch_state": "fast"}, "'timing.launch_state' must be one of \\['as-found', 'pdl'\\]"),
     ({"passes": 0}, "'timing.passes' must be >= 1, got 0"),
     ({"passes": 8}, "'timing.passes' must be a multiple of 6 \\(every arm order equally "
                     "often\\), got 8"),
@@ -148,8 +149,8 @@ def test_overrides_leave_the_original_protocol_unchanged():
     ({"drop_threshold": 1.5}, "'timing.drop_threshold' must be in \\(0, 1\\)"),
     ({"routes": ["split"]}, "'routes' needs a baseline"),
     ({"speed": 2}, "unknown timing override"),
-], ids=["schedule", "isolation", "passes", "passes-not-a-multiple-of-six", "chunk-of-one",
-        "negative-retries", "clock-threshold", "threshold", "routes", "unknown"])
+], ids=["schedule", "isolation", "launch-state", "passes", "passes-not-a-multiple-of-six",
+        "chunk-of-one", "negative-retries", "clock-threshold", "threshold", "routes", "unknown"])
 def test_overrides_are_validated(override, message):
     with pytest.raises(ProtocolError, match=message):
         parse(VALID).with_overrides(**override)

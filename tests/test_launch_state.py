@@ -1,0 +1,85 @@
+"""The launch state the arms are timed in (``timing.launch_state``): the floor timed after
+each comparison's arms with nothing between, and with "pdl" an empty PDL launch right
+before every timing of arms or of the copy reference, after every allocation of theirs."""
+
+import pytest
+
+from qkbench import limits
+from qkbench.protocol import parse
+
+from synthetic import SyntheticBackend, synthetic_sweep, tiny_protocol
+
+
+class Recording(SyntheticBackend):
+    """The synthetic clock, logging what is prepared and timed, and each prime launch."""
+
+    def __init__(self, **clock):
+        super().__init__(**clock)
+        self.log: list[str] = []
+
+    def prepare(self, launches, inner_reps, label):
+        self.log.append(f"prepare {label}")
+        return super().prepare(launches, inner_reps, label)
+
+    def run(self, arms, sequence, sync_after):
+        self.log.append("run " + " ".join(label for label, _ in arms))
+        return super().run(arms, sequence, sync_after)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """A backend whose log also shows each launch of an empty kernel made with PDL (its
+    first when the primer is made)."""
+    backend = Recording()
+    made = limits.empty_launch
+
+    def empty_launch(device, programs=1, pdl=False):
+        launch = made(device, programs)
+        if not pdl:
+            return launch
+
+        def logged():
+            backend.log.append("prime")
+            launch()
+        return logged
+
+    monkeypatch.setattr(limits, "empty_launch", empty_launch)
+    return backend
+
+
+def sweep_log(backend: Recording, tmp_path, launch_state: str) -> list[str]:
+    protocol = parse(tiny_protocol(tokens=(1,), passes=6, samples=4, warmup=1))
+    synthetic_sweep(protocol.with_overrides(launch_state=launch_state), tmp_path / "run.json",
+                    backend)
+    return [e for e in backend.log if e != "run limit"]  # the pass's device limits
+
+
+def comparison_and_copy(log: list[str]) -> list[str]:
+    """The log of one pass's one case: from its first prepare to its copy's timing."""
+    start = log.index("prepare A") if "prepare A" in log[:4] else 0
+    return log[start:log.index("run copy", start) + 1]
+
+
+def test_pdl_primes_right_before_the_arms_and_the_copy_are_timed(recorded, tmp_path):
+    log = sweep_log(recorded, tmp_path, "pdl")
+    one = comparison_and_copy(log)
+    arms = [e for e in one if e.startswith("prepare ") and e[8:] in ("A", "B", "A'")]
+    assert len(arms) == 3
+    # The copy's primer is made (and so launched once) after the comparison's floor.
+    assert one[len(arms):] == ["prepare floor", "prime", "run " + " ".join(
+        a[8:] for a in arms), "run floor", "prime", "prepare copy", "prime", "run copy"]
+    assert log.count("prime") == 6 * 4  # each pass: a comparison and a copy, each made too
+
+
+def test_as_found_launches_no_primer(recorded, tmp_path):
+    log = sweep_log(recorded, tmp_path, "as-found")
+    assert "prime" not in log
+    one = comparison_and_copy(log)
+    assert one[3:] == ["prepare floor", one[4], "run floor", "prepare copy", "run copy"]
+    assert one[4].startswith("run ")
+
+
+def test_the_archive_records_the_launch_state_it_ran_in(recorded, tmp_path):
+    protocol = parse(tiny_protocol(tokens=(1,))).with_overrides(launch_state="pdl")
+    run = synthetic_sweep(protocol, tmp_path / "run.json", recorded)
+    assert run["protocol"]["resolved"]["timing"]["launch_state"] == "pdl"
