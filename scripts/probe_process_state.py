@@ -316,6 +316,13 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
         kept.clear()
         empty_cache()
 
+    filled = torch.empty((1 << 20) if quick else (1 << 30), dtype=torch.uint8, device=device)
+    filled.fill_(0)
+
+    def fill() -> None:
+        filled.fill_(1)
+        synchronize()
+
     def carveout() -> None:
         for kernel_launch in ours:
             for compiled in kernel_launch.compiled.values():
@@ -363,6 +370,11 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
                         eager(torch_elementwise(device)), False),
         "eager-fused": ("the fused op at T = 1 launched once outside a graph",
                         eager(fused_launch(device, quick, 1, 7)), False),
+        "fill": ("a 1 GiB fill_ of memory allocated and touched before the first step",
+                 fill, False),
+        "eager-fused-8192": ("the fused op at T = 8192 launched once outside a graph",
+                             eager(fused_launch(device, quick, 3 if quick else 8192, 8)),
+                             False),
         "eager-pdl-empty": ("Triton's empty kernel launched once outside a graph, with PDL",
                             eager(empty_launch(device, pdl=True)), False),
         "pdl-empty": ("a graph of Triton's empty kernel with PDL replayed 20 times",
