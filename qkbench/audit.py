@@ -29,7 +29,7 @@ code in schema 1): they are audited by what they have, and the notes say what wa
 import hashlib
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from math import ceil
 from pathlib import Path
@@ -44,7 +44,7 @@ from qkbench.accuracy import within_tolerance
 from qkbench.archive import as_stored, run_settings
 from qkbench.case import DTYPES, Case, Inputs
 from qkbench.errors import ArchiveError, QkbenchError
-from qkbench.protocol import Protocol, rebuild
+from qkbench.protocol import Protocol, Timing, rebuild
 from qkbench.schedule import MAX_PADDING_BYTES, order_of, placement_seed, sample_plan
 from qkbench.summary import MALFORMED, OPEN, PENDING, current, open_slots, summarize
 
@@ -212,9 +212,11 @@ def _header_problems(archive: dict) -> list[str]:
         return [f"protocol: the resolved settings cannot be rebuilt from its text ({e})"]
     problems = []
     rebuilt = as_stored(proto.resolved())
-    if archive.get("schema_version") in (1, 2):  # its timing predates settings added since
-        rebuilt["timing"] = {k: v for k, v in rebuilt["timing"].items()
-                             if k in resolved["timing"]}
+    # A timing setting added since the run was made is absent from its record, and it ran
+    # as the setting's default does: only a default may go unrecorded.
+    defaults = as_stored(asdict(Timing()))
+    rebuilt["timing"] = {k: v for k, v in rebuilt["timing"].items()
+                         if k in resolved["timing"] or v != defaults[k]}
     if rebuilt != resolved:
         problems.append("protocol: the resolved settings do not follow from its text and "
                         "the recorded routes and timing")

@@ -73,7 +73,8 @@ def header_lines(archive: dict) -> list[str]:
         f"protocol {archive['protocol']['resolved']['name']} "
         f"(sha256 {archive['protocol']['sha256'][:12]}), status {archive['status']}",
         f"device {gpu}; torch {env['torch']}, triton {env['triton']}, commit {commit}",
-        f"schedule {settings['schedule']}, isolation {settings['isolation']}; "
+        f"schedule {settings['schedule']}, isolation {settings['isolation']}, launch state "
+        f"{archive['protocol']['resolved']['timing'].get('launch_state', 'as-found')}; "
         f"passes ok {passes['ok']}, failed {passes['failed']}, "
         f"replacements {passes.get('replacements', 0)}",
     ]

@@ -83,3 +83,31 @@ def test_the_archive_records_the_launch_state_it_ran_in(recorded, tmp_path):
     protocol = parse(tiny_protocol(tokens=(1,))).with_overrides(launch_state="pdl")
     run = synthetic_sweep(protocol, tmp_path / "run.json", recorded)
     assert run["protocol"]["resolved"]["timing"]["launch_state"] == "pdl"
+
+
+def test_only_a_default_launch_state_may_go_unrecorded(recorded, tmp_path):
+    from qkbench import archive as archives
+    from qkbench.audit import audit
+
+    from helpers import reseal
+
+    runs = {}
+    for state in ("as-found", "pdl"):
+        text = tiny_protocol(tokens=(1,), launch_state=state)  # set by the protocol's text
+        synthetic_sweep(text, tmp_path / f"{state}.json", recorded)
+        runs[state] = archives.read(tmp_path / f"{state}.json")
+        del runs[state]["protocol"]["resolved"]["timing"]["launch_state"]
+        reseal(runs[state])
+    # An archive from before the setting ran as its default does; one whose text asks for
+    # "pdl" must record it.
+    assert audit(runs["as-found"]) == []
+    assert audit(runs["pdl"]) == ["protocol: the resolved settings do not follow from its "
+                                  "text and the recorded routes and timing"]
+
+
+def test_the_report_says_which_launch_state_the_arms_ran_in(recorded, tmp_path):
+    from qkbench import report
+
+    protocol = parse(tiny_protocol(tokens=(1,))).with_overrides(launch_state="pdl")
+    run = synthetic_sweep(protocol, tmp_path / "run.json", recorded)
+    assert any(", launch state pdl;" in line for line in report.header_lines(run))
