@@ -177,5 +177,11 @@ def rows_copy(backend: Backend, q: torch.Tensor, k: torch.Tensor, inplace: bool,
     return result
 
 
-def measure(backend: Backend, inner_reps: int) -> dict:
-    return {"copy": copy_bandwidth(backend), "launch_floor": launch_floor(backend, inner_reps)}
+def measure(backend: Backend, inner_reps: int,
+            prime: Callable[[], None] | None = None) -> dict:
+    """The copy bandwidth, then the launch floor, after ``prime`` where given (what puts
+    the device in the launch state the run's arms were timed in)."""
+    copy = copy_bandwidth(backend)
+    if prime:
+        prime()
+    return {"copy": copy, "launch_floor": launch_floor(backend, inner_reps)}

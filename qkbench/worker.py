@@ -223,7 +223,7 @@ def run_pass(job: dict, backend: Backend | None = None,
     return {**pass_header(job), "pid": os.getpid(), "status": "ok",
             "code": env.code_now(),
             "started": started, "finished": time.time(),
-            "limits": limits.measure(backend, p.timing.inner_reps)
+            "limits": limits.measure(backend, p.timing.inner_reps, prime=_primer(backend, p))
             if job.get("measure_limits", True) else None,
             "cases": results}
 

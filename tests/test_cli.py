@@ -357,7 +357,7 @@ def test_resume_of_a_complete_archive_measures_and_writes_nothing(smoke_sweep, t
 def test_env_on_cpu_shows_kernel_hashes_as_a_table_and_no_graph(monkeypatch):
     from qkbench import limits
 
-    monkeypatch.setattr(limits, "measure", lambda backend, inner_reps: {
+    monkeypatch.setattr(limits, "measure", lambda backend, inner_reps, prime=None: {
         "copy": {"gbps": 10.0, "bytes": 2**30},
         "launch_floor": {"one": {"programs": 1, "median_s": 1e-5}}})
     result = invoke("env", "--device", "cpu")

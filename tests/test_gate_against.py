@@ -120,7 +120,7 @@ class CpuTimeBackend(backends.CpuBackend):
 def cpu_time(monkeypatch):
     """Passes in process time their arms by CPU time; no device limits are measured."""
     monkeypatch.setattr(worker, "backend_for", lambda device: CpuTimeBackend())
-    monkeypatch.setattr(limits, "measure", lambda backend, inner_reps: None)
+    monkeypatch.setattr(limits, "measure", lambda backend, inner_reps, prime=None: None)
 
 
 def gate(repo: Path, ref: str, out: Path, *args: str):

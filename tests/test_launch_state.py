@@ -68,7 +68,8 @@ def test_pdl_primes_right_before_the_arms_and_the_copy_are_timed(recorded, tmp_p
     # The copy's primer is made (and so launched once) after the comparison's floor.
     assert one[len(arms):] == ["prepare floor", "prime", "run " + " ".join(
         a[8:] for a in arms), "run floor", "prime", "prepare copy", "prime", "run copy"]
-    assert log.count("prime") == 6 * 4  # each pass: a comparison and a copy, each made too
+    # Each pass primes its comparison, its copy and its device limits, each primer made too.
+    assert log.count("prime") == 6 * 3 * 2
 
 
 def test_as_found_launches_no_primer(recorded, tmp_path):
@@ -111,3 +112,13 @@ def test_the_report_says_which_launch_state_the_arms_ran_in(recorded, tmp_path):
     protocol = parse(tiny_protocol(tokens=(1,))).with_overrides(launch_state="pdl")
     run = synthetic_sweep(protocol, tmp_path / "run.json", recorded)
     assert any(", launch state pdl;" in line for line in report.header_lines(run))
+
+
+def test_pdl_primes_the_passs_launch_floor_after_its_copy_bandwidth(recorded, tmp_path):
+    protocol = parse(tiny_protocol(tokens=(1,), passes=6, samples=4, warmup=1))
+    synthetic_sweep(protocol.with_overrides(launch_state="pdl"), tmp_path / "run.json",
+                    recorded)
+    # A pass ends with its device limits: the copy's bandwidth, then the launch floor.
+    # (Its primer, made before them, launches once as it is made.)
+    assert recorded.log[-6:] == ["prime", "prepare copy", "run copy", "prime",
+                                 "prepare floor", "run floor"]
