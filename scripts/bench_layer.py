@@ -25,6 +25,9 @@ random order each round (seeded), so that each follows different arms:
   that keeps them (``carveout.occupancy_carveout``).
 - ``fused``, ``fused-l1``, ``fused-fit``: back to back, as the protocols time it. ``fused``
   keeps the split of the arm visited before it, and is also reported by that arm.
+- ``floor``: Triton's empty kernel, the launch floor of the schedule's launch state. The
+  schedule runs in the state a PDL launch leaves (``Timing.launch_state``): one is made
+  before it, as the ``fused-pdl`` arms would at their first visit.
 
 Reports each arm's median per repetition. For each ``gemm+R`` arm it also reports R's
 cost in the layer: the arm's median less ``gemm``'s. Every arm's output is checked against
@@ -151,13 +154,14 @@ def arm_launches(shape: Shape, backend, gemm_tokens: int) -> tuple[dict, dict]:
     """label -> zero-argument launch, and label -> check result, for every arm of a shape."""
     from qkbench.case import Case, make_inputs
     from qkbench.kernels import qk_norm_rope_split
+    from qkbench.limits import empty_launch
 
     g = shape.geometry
     inputs = make_inputs(Case(g, shape.tokens, max_position=shape.max_position), 0,
                          backend.device)
     split_out = call(qk_norm_rope_split, inputs, g.inplace)
     gemm = projection(g, min(shape.tokens, gemm_tokens), inputs.q.dtype, backend.device)
-    launches, checks = {"gemm": gemm}, {}
+    launches, checks = {"gemm": gemm, "floor": empty_launch(backend.device)}, {}
 
     def add(label: str, made: dict) -> None:
         checks[label] = {"bits_equal_split": identical(made["out"], split_out),
@@ -194,12 +198,16 @@ def by_arm_before(labels: list[str], sequence: list[int], us: dict, label: str) 
 
 def measure_shape(backend, shape: Shape, rounds: int, visit: int, inner: int,
                   gemm_tokens: int) -> dict:
+    from qkbench.limits import empty_launch
+
     launches, checks = arm_launches(shape, backend, gemm_tokens)
     labels = list(launches)
     graphs = []
     for label in labels:
         launches[label]()
         graphs.append(backend.prepare([launches[label]], inner, label))
+    empty_launch(backend.device, pdl=True)()
+    backend.synchronize()
     sequence, us = interleaved(backend, graphs, labels, rounds, visit, shuffle_seed=0)
     medians = {label: statistics.median(v) for label, v in us.items()}
     in_layer = {label.removeprefix("gemm+"): medians[label] - medians["gemm"]
@@ -214,7 +222,8 @@ def line(entry: dict) -> str:
     if "error" in entry:
         return f"{entry['shape']:22s} FAILED: {entry['error']}"
     failed = [label for label, check in entry["checks"].items() if not passed(check)]
-    return (f"{entry['shape']:22s} gemm {entry['median_us']['gemm']:.2f}; in the layer "
+    return (f"{entry['shape']:22s} floor {entry['median_us']['floor']:.2f}; "
+            f"gemm {entry['median_us']['gemm']:.2f}; in the layer "
             f"(null {entry['null_us']:+.3f}): "
             + "  ".join(f"{k} {v:.2f}" for k, v in entry["in_layer_us"].items())
             + "; back to back: " + "  ".join(f"{k} {entry['median_us'][k]:.2f}"
