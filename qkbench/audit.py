@@ -29,7 +29,7 @@ code in schema 1): they are audited by what they have, and the notes say what wa
 import hashlib
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from math import ceil
 from pathlib import Path
@@ -44,7 +44,7 @@ from qkbench.accuracy import within_tolerance
 from qkbench.archive import as_stored, run_settings
 from qkbench.case import DTYPES, Case, Inputs
 from qkbench.errors import ArchiveError, QkbenchError
-from qkbench.protocol import Protocol, Timing, rebuild
+from qkbench.protocol import Protocol, as_recorded, rebuild
 from qkbench.schedule import MAX_PADDING_BYTES, order_of, placement_seed, sample_plan
 from qkbench.summary import MALFORMED, OPEN, PENDING, current, open_slots, summarize
 
@@ -211,12 +211,7 @@ def _header_problems(archive: dict) -> list[str]:
     except (QkbenchError, KeyError, TypeError) as e:
         return [f"protocol: the resolved settings cannot be rebuilt from its text ({e})"]
     problems = []
-    rebuilt = as_stored(proto.resolved())
-    # A timing setting added since the run was made is absent from its record, and it ran
-    # as the setting's default does: only a default may go unrecorded.
-    defaults = as_stored(asdict(Timing()))
-    rebuilt["timing"] = {k: v for k, v in rebuilt["timing"].items()
-                         if k in resolved["timing"] or v != defaults[k]}
+    rebuilt = as_recorded(as_stored(proto.resolved()), resolved)
     if rebuilt != resolved:
         problems.append("protocol: the resolved settings do not follow from its text and "
                         "the recorded routes and timing")
@@ -442,9 +437,15 @@ def _case(archive: dict, proto: Protocol, p: dict, case_index: int, case: Case,
                                 f"{' or '.join(map(str, warm))}")
         if "placement" in comp:
             _placement(name, comp["placement"], seed + k, p["order"], found)
-        if "floor" in comp and len(comp["floor"]["samples"]) != t.samples:
-            problems.append(f"{name}: the launch floor has {len(comp['floor']['samples'])} "
-                            f"samples, the protocol's timing gives {t.samples}")
+        if "floor" in comp:
+            floor = comp["floor"]
+            if len(floor["samples"]) != t.samples:
+                problems.append(f"{name}: the launch floor has {len(floor['samples'])} "
+                                f"samples, the protocol's timing gives {t.samples}")
+            if (floor["programs"], floor["launches_per_replay"]) != (1, t.inner_reps):
+                problems.append(f"{name}: the launch floor ran {floor['programs']} program(s) "
+                                f"x {floor['launches_per_replay']} launches a replay, not 1 x "
+                                f"the protocol's inner_reps ({t.inner_reps})")
 
 
 def _verification(where: str, name: str, check: dict, dtype: torch.dtype,

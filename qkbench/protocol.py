@@ -380,6 +380,17 @@ def rebuild(recorded: dict) -> Protocol:
         routes=resolved["routes"], **resolved["timing"])
 
 
+def as_recorded(resolved: dict, recorded: dict) -> dict:
+    """``resolved`` (a protocol's resolved settings) as ``recorded`` (an archive's record of
+    them) would hold them: a timing setting added since that archive was made is absent from
+    its record, and the run behaved as its default does, so it is left out where it is at
+    its default. Any other value of it still shows as a difference."""
+    defaults = asdict(Timing())
+    timing = {k: v for k, v in resolved["timing"].items()
+              if k in recorded["timing"] or v != defaults[k]}
+    return {**resolved, "timing": timing}
+
+
 def shipped() -> dict[str, str]:
     """The protocols shipped with qkbench, by name, as their TOML text."""
     folder = resources.files("qkbench.protocols")

@@ -40,7 +40,7 @@ from qkbench import env, lifeline, seal
 from qkbench.backends import Backend
 from qkbench.errors import ArchiveError
 from qkbench.lock import ArchiveLock, alive
-from qkbench.protocol import Protocol, rebuild
+from qkbench.protocol import Protocol, as_recorded, rebuild
 from qkbench.routes import resolve
 from qkbench.schedule import order_of
 from qkbench.summary import open_slots, summarize
@@ -212,7 +212,7 @@ def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Pa
                            "with the qkbench version that started it")
     if existing["protocol"]["sha256"] != protocol.sha256:
         raise ArchiveError(f"{out}: cannot resume: it was run with another protocol text")
-    wanted = archives.as_stored(protocol.resolved())
+    wanted = as_recorded(archives.as_stored(protocol.resolved()), existing["protocol"]["resolved"])
     if existing["protocol"]["resolved"] != wanted:
         differ = "; ".join(f"{key} is {a!r} there, {b!r} here" for key, a, b in
                            _differing(existing["protocol"]["resolved"], wanted))

@@ -82,7 +82,8 @@ def _telemetry_within(readings: list[dict], lo: int, hi: int) -> list[dict]:
 def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs],
              inplace: bool, order: tuple[str, ...], p: Protocol, reps: int,
              placement_seed: int) -> dict:
-    """Time the three arms of one comparison in ``order`` under the protocol's schedule."""
+    """Time the three arms of one comparison in ``order`` under the protocol's schedule,
+    then the launch floor in the launch state they ran in."""
     from qkbench.limits import empty_launch
 
     t = p.timing
@@ -123,7 +124,8 @@ def _compare(backend: Backend, routes: dict[str, Route], input_sets: list[Inputs
 def _primer(backend: Backend, p: Protocol) -> Callable[[], None]:
     """What puts the device in the protocol's launch state right before arms are timed:
     an empty kernel launched with PDL, then a synchronisation ("pdl"), or nothing. Made
-    (its buffer allocated, compiled) here, ahead of the arms' own allocations."""
+    (its buffer allocated, compiled, launched once) when called, so that nothing of it is
+    allocated between the priming and the timing."""
     if p.timing.launch_state == "as-found":
         return lambda: None
     from qkbench.limits import empty_launch

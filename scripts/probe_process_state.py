@@ -245,6 +245,34 @@ def verification(device: torch.device, quick: bool) -> None:
            case.geometry.inplace)
 
 
+def cell_inputs(device: torch.device, quick: bool):
+    """The inputs of the harness steps' cell, made as a cell makes them."""
+    from qkbench.case import make_inputs
+
+    _, case = harness_case(quick)
+    return make_inputs(case, 3, device)
+
+
+def oracle(inputs) -> Callable[[], None]:
+    """The FP64 oracle of ``inputs`` (the first part of a verification), synchronised."""
+    from qkbench.kernels import reference
+
+    def run() -> None:
+        inputs.call(reference.qk_norm_rope_oracle)
+        if inputs.q.is_cuda:
+            torch.cuda.synchronize()
+    return run
+
+
+def copies(device: torch.device, to_device: bool) -> Callable[[], None]:
+    """A 1 MiB copy between pageable host memory and the device, buffers made first."""
+    host = torch.ones(1 << 18)
+    on_device = torch.ones(1 << 18, device=device)
+    if to_device:
+        return lambda: on_device.copy_(host)
+    return lambda: host.copy_(on_device)  # synchronous: pageable memory
+
+
 def harness_cell(backend, quick: bool) -> None:
     """One cell as a sweep's pass runs it (``worker.run_case``: inputs, verification,
     placement, each comparison's three arms, the same-bytes copy), then the cache emptied."""
@@ -262,9 +290,10 @@ Step = tuple[str, Callable[[], float | None], bool]
 
 
 def steps(backend, device: torch.device, quick: bool, inner_reps: int,
-          ours: list) -> dict[str, Step]:
-    """key -> the step; ``ours``: the op's kernel launches behind the probes (their
-    compiled kernels take the carveout at ``prefer-l1``)."""
+          ours: list) -> dict[str, Callable[[], Step]]:
+    """key -> what makes the step (its buffers and launches: only the steps a run asks
+    for are made, before its first reading); ``ours``: the op's kernel launches behind the
+    probes (their compiled kernels take the carveout at ``prefer-l1``)."""
     from qkbench.limits import copy_bandwidth, empty_launch
 
     empty_cache = torch.cuda.empty_cache if device.type == "cuda" else (lambda: None)
@@ -290,10 +319,9 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
         copy_bandwidth(backend)
 
     def eager(launch: Callable[[], object], stream: bool = False):
-        """``launch`` (made and compiled before the first step, so the step allocates and
-        compiles nothing) run once outside a graph (on a stream of its own if ``stream``),
-        then the device synchronised."""
-        launch()
+        """``launch`` (its buffers made before the first step, so the step allocates
+        nothing; it may compile, which leaves the state as it is) run once outside a graph
+        (on a stream of its own if ``stream``), then the device synchronised."""
         side = torch.cuda.Stream(device) if stream and device.type == "cuda" else None
 
         def run() -> None:
@@ -316,70 +344,85 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
         kept.clear()
         empty_cache()
 
-    filled = torch.empty((1 << 20) if quick else (1 << 30), dtype=torch.uint8, device=device)
-    filled.fill_(0)
+    def make_inputs() -> None:
+        cell_inputs(device, quick)
 
-    def fill() -> None:
-        filled.fill_(1)
-        synchronize()
+    def fill_in_use() -> Callable[[], None]:
+        filled = torch.empty((1 << 20) if quick else (1 << 30), dtype=torch.uint8,
+                             device=device)
+        filled.fill_(0)
+
+        def fill() -> None:
+            filled.fill_(1)
+            synchronize()
+        return fill
 
     def carveout() -> None:
         for kernel_launch in ours:
             for compiled in kernel_launch.compiled.values():
                 prefer_l1(compiled)
 
-    return {
-        "start": ("start", lambda: None, False),
-        "again": ("again", lambda: None, False),
-        "idle3": ("idle 3 s", sleep(3, quick), False),
-        "pdl": ("a graph of fused-pdl at T = 1 replayed 20 times",
+    makers = {
+        "start": lambda: ("start", lambda: None, False),
+        "again": lambda: ("again", lambda: None, False),
+        "idle3": lambda: ("idle 3 s", sleep(3, quick), False),
+        "pdl": lambda: ("a graph of fused-pdl at T = 1 replayed 20 times",
                 graph_of(lambda: fused_launch(device, quick, 1, 6, pdl=True), "pdl"), False),
-        "gemm": ("a graph of a bf16 4096^3 GEMM replayed 20 times",
+        "gemm": lambda: ("a graph of a bf16 4096^3 GEMM replayed 20 times",
                  graph_of(lambda: gemm(device, quick), "gemm"), False),
-        "triton-smem": ("a graph of a Triton 4096^3 GEMM, 128 KiB shared memory a program, "
+        "triton-smem": lambda: ("a graph of a Triton 4096^3 GEMM, 128 KiB shared memory a program, "
                         "replayed 20 times",
                         graph_of(lambda: triton_smem(device, quick), "triton-smem"), False),
-        "torch-op": ("a graph of a torch elementwise op replayed 20 times",
+        "torch-op": lambda: ("a graph of a torch elementwise op replayed 20 times",
                      graph_of(lambda: torch_elementwise(device), "torch-op"), False),
-        "copy-graph": ("a cell's same-bytes copy_ graph replayed 20 times",
+        "copy-graph": lambda: ("a cell's same-bytes copy_ graph replayed 20 times",
                        graph_of(lambda: same_bytes_copy(device, quick), "copy"), False),
-        "empty-cache": ("empty_cache", empty_cache, False),
-        "alloc": ("8 GiB allocated, freed, cache emptied", allocate, False),
-        "kernels": ("new kernel variants (T = 8, 64, 2048) compiled and run", new_kernels,
+        "empty-cache": lambda: ("empty_cache", empty_cache, False),
+        "alloc": lambda: ("8 GiB allocated, freed, cache emptied", allocate, False),
+        "kernels": lambda: ("new kernel variants (T = 8, 64, 2048) compiled and run", new_kernels,
                     False),
-        "graphs": ("graphs of other cells captured, replayed, destroyed; cache emptied",
+        "graphs": lambda: ("graphs of other cells captured, replayed, destroyed; cache emptied",
                    other_graphs, False),
-        "verify": ("a cell's verification (oracle, each route once)",
+        "verify": lambda: ("a cell's verification (oracle, each route once)",
                    lambda: verification(device, quick), False),
-        "cell": ("a harness cell (qwen3-decode T = 8), cache emptied",
+        "cell": lambda: ("a harness cell (qwen3-decode T = 8), cache emptied",
                  lambda: harness_cell(backend, quick), False),
-        "copy": ("a 256 MiB copy_, 20 samples", copy, False),
-        "prefer-l1": ("carveout 0 on the op's kernels; the probes' graphs captured anew",
+        "copy": lambda: ("a 256 MiB copy_, 20 samples", copy, False),
+        "prefer-l1": lambda: ("carveout 0 on the op's kernels; the probes' graphs captured anew",
                       carveout, True),
-        "idle10": ("idle 10 s", sleep(10, quick), False),
-        "sync": ("the device synchronised", synchronize, False),
-        "alloc-bare": ("8 GiB allocated (no kernel), freed, cache emptied", bare_allocation,
+        "idle10": lambda: ("idle 10 s", sleep(10, quick), False),
+        "sync": lambda: ("the device synchronised", synchronize, False),
+        "alloc-bare": lambda: ("8 GiB allocated (no kernel), freed, cache emptied", bare_allocation,
                        False),
-        "malloc": ("1 GiB allocated (no kernel) and kept", keep_allocation, False),
-        "free": ("the kept allocations freed, cache emptied", free_kept, False),
-        "eager-empty": ("Triton's empty kernel launched once outside a graph",
+        "malloc": lambda: ("1 GiB allocated (no kernel) and kept", keep_allocation, False),
+        "free": lambda: ("the kept allocations freed, cache emptied", free_kept, False),
+        "eager-empty": lambda: ("Triton's empty kernel launched once outside a graph",
                         eager(empty_launch(device)), False),
-        "eager-empty-stream": ("Triton's empty kernel launched once outside a graph, on a "
+        "eager-empty-stream": lambda: ("Triton's empty kernel launched once outside a graph, on a "
                                "stream of its own", eager(empty_launch(device), True), False),
-        "eager-torch": ("a torch elementwise op launched once outside a graph",
+        "eager-torch": lambda: ("a torch elementwise op launched once outside a graph",
                         eager(torch_elementwise(device)), False),
-        "eager-fused": ("the fused op at T = 1 launched once outside a graph",
+        "eager-fused": lambda: ("the fused op at T = 1 launched once outside a graph",
                         eager(fused_launch(device, quick, 1, 7)), False),
-        "fill": ("a 1 GiB fill_ of memory allocated and touched before the first step",
-                 fill, False),
-        "eager-fused-8192": ("the fused op at T = 8192 launched once outside a graph",
+        "fill": lambda: ("a 1 GiB fill_ of memory allocated and touched before the first step",
+                 fill_in_use(), False),
+        "eager-fused-8192": lambda: ("the fused op at T = 8192 launched once outside a graph",
                              eager(fused_launch(device, quick, 3 if quick else 8192, 8)),
                              False),
-        "eager-pdl-empty": ("Triton's empty kernel launched once outside a graph, with PDL",
+        "eager-pdl-empty": lambda: ("Triton's empty kernel launched once outside a graph, with PDL",
                             eager(empty_launch(device, pdl=True)), False),
-        "pdl-empty": ("a graph of Triton's empty kernel with PDL replayed 20 times",
+        "inputs": lambda: ("a cell's inputs made (allocations, fills, copies)",
+                           make_inputs, False),
+        "oracle": lambda: ("a cell's FP64 oracle (torch ops)",
+                           oracle(cell_inputs(device, quick)), False),
+        "h2d": lambda: ("a 1 MiB copy from pageable host memory to the device",
+                        eager(copies(device, True)), False),
+        "d2h": lambda: ("a 1 MiB copy from the device to pageable host memory",
+                        eager(copies(device, False)), False),
+        "pdl-empty": lambda: ("a graph of Triton's empty kernel with PDL replayed 20 times",
                       graph_of(lambda: empty_launch(device, pdl=True), "pdl-empty"), False),
     }
+    return makers
 
 
 # The default order: the cheap setters first, each checked for a reset by PDL after it;
@@ -429,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         return chosen
 
     plan = pick(args.steps, list(known), "step(s)")
+    made = {key: known[key]() for key in dict.fromkeys(plan)}
     chosen = pick(args.probes, PROBES, "probe(s)")
 
     def prepared() -> dict:
@@ -445,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     monitor = getattr(backend, "monitor", None)
     rows = []
     for key in plan:
-        name, action, remake = known[key]
+        name, action, remake = made[key]
         step_us = action()
         if remake:
             arms = prepared()

@@ -77,6 +77,10 @@ def _drop_a_floor_sample(run: dict) -> None:
     resummarize(run)
 
 
+def _floor_of_another_graph(run: dict) -> None:
+    run["passes"][0]["cases"][0]["comparisons"][0]["floor"]["launches_per_replay"] = 8
+
+
 def _raise_the_drop_threshold(run: dict) -> None:
     run["protocol"]["resolved"]["timing"]["drop_threshold"] = 0.5
     resummarize(run)
@@ -121,6 +125,7 @@ CONSISTENCY_TAMPERS = {
     "a-b-labels-swapped": _swap_a_and_b,
     "sample-count": _drop_a_sample,
     "floor-sample-count": _drop_a_floor_sample,
+    "floor-graph": _floor_of_another_graph,
     "copy-gbps": _figure("passes.0.limits.copy.gbps", 1.25),
     "launch-floor": _figure("passes.0.limits.launch_floor.one_program.median_s", 0.5),
     "case-bytes": _figure("passes.0.cases.0.bytes.fused", 0.5),
@@ -189,6 +194,8 @@ def test_structural_and_figure_tampers_are_caught_even_with_the_digests_recomput
                      "samples; the protocol's sample plan gives 5 and 2"),
     ("floor-sample-count", "pass 0 tiny-4x2/T1 split -> fused: the launch floor has 4 samples, "
                            "the protocol's timing gives 5"),
+    ("floor-graph", "pass 0 tiny-4x2/T1 split -> fused: the launch floor ran 1 program(s) x 8 "
+                    "launches a replay, not 1 x the protocol's inner_reps (2)"),
     ("copy-gbps", "pass 0 limits: copy gbps "),
     ("launch-floor", "pass 0 limits: launch_floor one_program median_s "),
     ("case-bytes", "pass 0 tiny-4x2/T1: bytes of route fused are "),

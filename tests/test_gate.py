@@ -17,6 +17,7 @@ from qkbench import archive as archives
 from qkbench import gate as rules
 from qkbench.cli import app
 from qkbench.errors import GateError
+from qkbench.protocol import parse
 
 from conftest import interpreter_only
 from helpers import assert_usage_error
@@ -43,6 +44,8 @@ RUNS = {
     "other-protocol": (tiny_protocol("gate", (1,), samples=20, tables=BAND),
                        {"effect": FUSED_GAIN}),
     "fused-slower": (PROTOCOL, {"effect": 0.10}),
+    "launch-state-held": (parse(PROTOCOL).with_overrides(launch_state="pdl"),
+                          {"effect": FUSED_GAIN, "seed": 1}),
     # One arm order's null arm always disagrees: every cell is unstable.
     "unstable": (PROTOCOL, {"effect": FUSED_GAIN, "order_null_bias": {("B", "A", "A'"): 0.03}}),
 }
@@ -117,6 +120,12 @@ def test_archives_of_different_protocols_are_exit_2_naming_the_mismatch(archive)
                               "the archives cannot be compared: protocol sha256: ",
                               "in --baseline", "in --candidate", "--allow-mismatch")
     assert "device" not in line and "routes" not in line
+
+
+def test_archives_timed_in_different_launch_states_are_exit_2_naming_them(archive):
+    assert_usage_error(across(archive, "base", "launch-state-held"),
+                       "the archives cannot be compared: launch state: as-found in --baseline, "
+                       "pdl in --candidate")
 
 
 def test_allow_mismatch_compares_anyway_and_says_so(archive):

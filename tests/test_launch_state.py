@@ -54,20 +54,30 @@ def sweep_log(backend: Recording, tmp_path, launch_state: str) -> list[str]:
     return [e for e in backend.log if e != "run limit"]  # the pass's device limits
 
 
-def comparison_and_copy(log: list[str]) -> list[str]:
-    """The log of one pass's one case: from its first prepare to its copy's timing."""
-    start = log.index("prepare A") if "prepare A" in log[:4] else 0
-    return log[start:log.index("run copy", start) + 1]
+ARMS = ("prepare A", "prepare B", "prepare A'")
+
+
+def first_case(log: list[str]) -> tuple[str, list[str]]:
+    """The entry before the first case's arms are prepared, and the case's log from its
+    arms' preparation to its copy's timing."""
+    start = next(i for i, e in enumerate(log) if e in ARMS)
+    return log[start - 1], log[start:log.index("run copy", start) + 1]
+
+
+def timed(arms: list[str]) -> str:
+    """The run entry of the arms prepared as ``arms`` (in their sampling order)."""
+    return "run " + " ".join(a.removeprefix("prepare ") for a in arms)
 
 
 def test_pdl_primes_right_before_the_arms_and_the_copy_are_timed(recorded, tmp_path):
     log = sweep_log(recorded, tmp_path, "pdl")
-    one = comparison_and_copy(log)
-    arms = [e for e in one if e.startswith("prepare ") and e[8:] in ("A", "B", "A'")]
-    assert len(arms) == 3
+    before, one = first_case(log)
+    arms = one[:3]
+    assert sorted(arms) == sorted(ARMS)
+    assert before == "prime"  # the comparison's primer, made before its arms
     # The copy's primer is made (and so launched once) after the comparison's floor.
-    assert one[len(arms):] == ["prepare floor", "prime", "run " + " ".join(
-        a[8:] for a in arms), "run floor", "prime", "prepare copy", "prime", "run copy"]
+    assert one[3:] == ["prepare floor", "prime", timed(arms), "run floor", "prime",
+                       "prepare copy", "prime", "run copy"]
     # Each pass primes its comparison, its copy and its device limits, each primer made too.
     assert log.count("prime") == 6 * 3 * 2
 
@@ -75,15 +85,27 @@ def test_pdl_primes_right_before_the_arms_and_the_copy_are_timed(recorded, tmp_p
 def test_as_found_launches_no_primer(recorded, tmp_path):
     log = sweep_log(recorded, tmp_path, "as-found")
     assert "prime" not in log
-    one = comparison_and_copy(log)
-    assert one[3:] == ["prepare floor", one[4], "run floor", "prepare copy", "run copy"]
-    assert one[4].startswith("run ")
+    _, one = first_case(log)
+    arms = one[:3]
+    assert one[3:] == ["prepare floor", timed(arms), "run floor", "prepare copy", "run copy"]
 
 
-def test_the_archive_records_the_launch_state_it_ran_in(recorded, tmp_path):
-    protocol = parse(tiny_protocol(tokens=(1,))).with_overrides(launch_state="pdl")
-    run = synthetic_sweep(protocol, tmp_path / "run.json", recorded)
-    assert run["protocol"]["resolved"]["timing"]["launch_state"] == "pdl"
+def test_the_sweep_command_takes_the_launch_state_and_the_archive_records_it(recorded,
+                                                                             tmp_path):
+    from typer.testing import CliRunner
+
+    from qkbench import archive as archives
+    from qkbench.cli import app
+
+    protocol = tmp_path / "tiny.toml"
+    protocol.write_text(tiny_protocol(tokens=(1,), samples=2, warmup=0,
+                                      drop_threshold=0.99))
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(app, ["sweep", "--protocol", str(protocol), "--device", "cpu",
+                                      "--launch-state", "pdl", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert archives.read(out)["protocol"]["resolved"]["timing"]["launch_state"] == "pdl"
+    assert "prime" in recorded.log  # the worker ran in this process (isolation inprocess)
 
 
 def test_only_a_default_launch_state_may_go_unrecorded(recorded, tmp_path):
