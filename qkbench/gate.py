@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from qkbench.errors import GateError
+from qkbench.protocol import launch_state_of
 
 # Exit codes of ``qkbench gate``.
 PASS, FAIL, USAGE, INCONCLUSIVE = 0, 1, 2, 3
@@ -149,11 +150,10 @@ def identity(archive: dict) -> dict[str, object]:
     launch state their arms were timed in (which moves a route beside a PDL one by 9-12 %
     on the H200; an archive from before the setting ran as found)."""
     env = archive["environment"]
-    resolved = archive["protocol"]["resolved"]
     return {"protocol sha256": archive["protocol"]["sha256"],
             "device": (env.get("gpu") or {}).get("name") or archive["settings"]["device"],
-            "routes": list(resolved["routes"]),
-            "launch state": resolved["timing"].get("launch_state", "as-found")}
+            "routes": list(archive["protocol"]["resolved"]["routes"]),
+            "launch state": launch_state_of(archive)}
 
 
 def mismatches(baseline: dict, candidate: dict) -> list[str]:

@@ -64,8 +64,8 @@ class Timing:
     # failed pass. An in-process pass (isolation = "inprocess") cannot be timed out.
     pass_timeout: float = 1800.0
     # The launch state the arms are timed in. On the H200 a launch costs 0.18 us more after
-    # a launch on another stream or a large fresh kernel than after any PDL launch, and the
-    # state sticks. "pdl" launches an empty kernel with PDL right before each comparison's
+    # a cell's verification (or a large fill of fresh memory) than after any PDL launch, and
+    # the state sticks. "pdl" launches an empty kernel with PDL right before each comparison's
     # arms (and the copy reference) are timed, so every comparison runs in the state a PDL
     # arm would leave; "as-found" leaves the state to what ran before.
     launch_state: str = "as-found"
@@ -378,6 +378,13 @@ def rebuild(recorded: dict) -> Protocol:
     where = f"the archive's copy of {recorded.get('path') or 'its protocol'}"
     return parse(recorded["text"], where).with_overrides(
         routes=resolved["routes"], **resolved["timing"])
+
+
+def launch_state_of(archive: dict) -> str:
+    """The launch state a run archive's arms were timed in (an archive from before the
+    setting records none, and ran as its default does)."""
+    return archive["protocol"]["resolved"]["timing"].get("launch_state",
+                                                         Timing.launch_state)
 
 
 def as_recorded(resolved: dict, recorded: dict) -> dict:

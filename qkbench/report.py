@@ -9,6 +9,7 @@ from rich.text import Text
 
 from qkbench.audit import code_lines
 from qkbench.neighbours import SMALL_TOKENS, baseline_beside
+from qkbench.protocol import launch_state_of
 from qkbench.summary import current
 from qkbench.verify import status_word
 
@@ -74,7 +75,7 @@ def header_lines(archive: dict) -> list[str]:
         f"(sha256 {archive['protocol']['sha256'][:12]}), status {archive['status']}",
         f"device {gpu}; torch {env['torch']}, triton {env['triton']}, commit {commit}",
         f"schedule {settings['schedule']}, isolation {settings['isolation']}, launch state "
-        f"{archive['protocol']['resolved']['timing'].get('launch_state', 'as-found')}; "
+        f"{launch_state_of(archive)}; "
         f"passes ok {passes['ok']}, failed {passes['failed']}, "
         f"replacements {passes.get('replacements', 0)}",
     ]

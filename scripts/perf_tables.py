@@ -16,6 +16,7 @@ from pathlib import Path
 
 from qkbench import audit, summary
 from qkbench.errors import QkbenchError
+from qkbench.protocol import launch_state_of
 
 
 def _resolved(case: dict) -> bool:
@@ -53,8 +54,8 @@ def table(path: Path) -> str:
     lines = [
         f"**{run['protocol']['resolved']['name']}** (`{path}`): commit "
         f"{run['environment']['code']['commit'][:7]}, {timing['cache']} cache, "
-        f"isolation {settings['isolation']}, launch state "
-        f"{timing.get('launch_state', 'as-found')}, {settings['passes']} passes of "
+        f"isolation {settings['isolation']}, launch state {launch_state_of(run)}, "
+        f"{settings['passes']} passes of "
         f"{timing['samples']} samples x {timing['inner_reps']} launches; copy "
         f"{limits['copy_gbps']:.0f} GB/s, launch floor "
         f"{limits['launch_floor_us']['one_program']:.2f} us",

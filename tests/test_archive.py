@@ -399,27 +399,27 @@ def interrupted(tmp_path_factory) -> Path:
     return path
 
 
-def test_resume_continues_an_archive_made_before_the_launch_state_setting(interrupted,
-                                                                           tmp_path):
-    """Its record lacks timing.launch_state, and it ran as the default does."""
-    path = tmp_path / "older.json"
+@pytest.fixture
+def before_launch_state(interrupted, tmp_path) -> Path:
+    """The interrupted run as made before timing.launch_state: its record lacks it."""
     older = archives.read(interrupted)
     del older["protocol"]["resolved"]["timing"]["launch_state"]
-    write_json(path, reseal(older))
-    run = runner.sweep(cheap(), CPU, path, resume=True)
+    return write_json(tmp_path / "older.json", reseal(older))
+
+
+def test_resume_continues_an_archive_made_before_the_launch_state_setting(before_launch_state):
+    """It ran as the setting's default does."""
+    run = runner.sweep(cheap(), CPU, before_launch_state, resume=True)
     assert run["status"] == "complete" and "launch_state" not in run["protocol"]["resolved"][
         "timing"]
     assert audit(run) == []
 
 
-def test_resume_refuses_an_older_archive_asked_to_go_on_in_another_launch_state(interrupted,
-                                                                                 tmp_path):
-    path = tmp_path / "older.json"
-    older = archives.read(interrupted)
-    del older["protocol"]["resolved"]["timing"]["launch_state"]
-    write_json(path, reseal(older))
+def test_resume_refuses_an_older_archive_asked_to_go_on_in_another_launch_state(
+        before_launch_state):
     with pytest.raises(ArchiveError, match=r"timing\.launch_state is None there, 'pdl' here"):
-        runner.sweep(cheap().with_overrides(launch_state="pdl"), CPU, path, resume=True)
+        runner.sweep(cheap().with_overrides(launch_state="pdl"), CPU, before_launch_state,
+                     resume=True)
 
 
 def test_interrupted_run_keeps_the_passes_it_finished(interrupted):

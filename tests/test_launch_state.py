@@ -4,10 +4,14 @@ before every timing of arms or of the copy reference, after every allocation of 
 
 import pytest
 
-from qkbench import limits
+from qkbench import limits, report
+from qkbench.backends import Timed
 from qkbench.protocol import parse
+from qkbench.summary import current
 
 from synthetic import SyntheticBackend, synthetic_sweep, tiny_protocol
+
+FLAG = "larger than the width"
 
 
 class Recording(SyntheticBackend):
@@ -25,12 +29,41 @@ class Recording(SyntheticBackend):
         self.log.append("run " + " ".join(label for label, _ in arms))
         return super().run(arms, sequence, sync_after)
 
+    def primed(self) -> None:
+        """An empty kernel was launched with PDL (the first time as its primer is made)."""
+        self.log.append("prime")
 
-@pytest.fixture
-def recorded(monkeypatch):
-    """A backend whose log also shows each launch of an empty kernel made with PDL (its
-    first when the primer is made)."""
-    backend = Recording()
+
+class LaunchStateClock(Recording):
+    """The synthetic clock with the H200's launch state in it: every sample 10 % faster in
+    the fast state. A PDL launch sets it: a primer, or the second candidate (fused-pdl) of
+    a cell, whose comparison then runs fast throughout. The allocations before a
+    comparison's arms are prepared reset it, as a cell's verification does."""
+
+    def __init__(self, **clock):
+        super().__init__(**clock)
+        self.fast = False
+
+    def prepare(self, launches, inner_reps, label):
+        if label in ("A", "B", "A'"):
+            self.fast = False
+        return super().prepare(launches, inner_reps, label)
+
+    def run(self, arms, sequence, sync_after):
+        if len(arms) == 3 and self.comparisons % 2 == 1:
+            self.fast = True
+        timed = super().run(arms, sequence, sync_after)
+        if self.fast:
+            timed = Timed([s * 0.9 for s in timed.seconds], timed.telemetry)
+        return timed
+
+    def primed(self) -> None:
+        super().primed()
+        self.fast = True
+
+
+def tell_on_primers(monkeypatch, backend: Recording) -> None:
+    """Each launch of an empty kernel made with PDL calls ``backend.primed``."""
     made = limits.empty_launch
 
     def empty_launch(device, programs=1, pdl=False):
@@ -38,12 +71,20 @@ def recorded(monkeypatch):
         if not pdl:
             return launch
 
-        def logged():
-            backend.log.append("prime")
+        def told():
+            backend.primed()
             launch()
-        return logged
+        return told
 
     monkeypatch.setattr(limits, "empty_launch", empty_launch)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """A backend whose log also shows each launch of an empty kernel made with PDL (its
+    first when the primer is made)."""
+    backend = Recording()
+    tell_on_primers(monkeypatch, backend)
     return backend
 
 
@@ -144,3 +185,24 @@ def test_pdl_primes_the_passs_launch_floor_after_its_copy_bandwidth(recorded, tm
     # (Its primer, made before them, launches once as it is made.)
     assert recorded.log[-6:] == ["prime", "prepare copy", "run copy", "prime",
                                  "prepare floor", "run floor"]
+
+
+@pytest.mark.parametrize(("launch_state", "flagged"), [("as-found", True), ("pdl", False)])
+def test_a_pdl_candidate_moves_its_baseline_only_when_the_state_is_left_as_found(
+        monkeypatch, tmp_path, launch_state, flagged):
+    """Identical code in every arm, on a clock with the launch state in it: no verdict
+    either way; as found the report flags the baseline 10 % faster beside fused-pdl, and
+    held by the primer it reads level."""
+    clock = LaunchStateClock()
+    tell_on_primers(monkeypatch, clock)
+    text = tiny_protocol("state").replace('routes = ["split", "fused"]',
+                                          'routes = ["split", "fused", "fused-pdl"]')
+    run = synthetic_sweep(parse(text).with_overrides(launch_state=launch_state),
+                          tmp_path / "run.json", clock)
+    verdicts = {c["effect"]["verdict"] for comp in current(run)["comparisons"]
+                for c in comp["cases"]}
+    assert not verdicts & {"faster", "slower"}, verdicts
+    (line,) = [line for line in report.neighbour_lines(run) if "T <= 64" in line]
+    change = float(line.split("T <= 64: ")[1].split("%")[0])
+    assert change == pytest.approx(-10.0 if flagged else 0.0, abs=0.05)
+    assert (FLAG in line) is flagged
