@@ -15,7 +15,7 @@ from rich.table import Table
 from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
-from qkbench.options import timing
+from qkbench.options import cells, timing
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"show_default": True},
@@ -76,6 +76,7 @@ def _fail(e: QkbenchError) -> None:
 
 PROTOCOLS = "(default: the protocol's)"
 TIMING = timing(PROTOCOLS)
+CELLS = cells("(default: all of the protocol's)")
 # A CPU sweep of more than this many times the smoke protocol's timed calls is announced.
 CPU_HEAVY = 20
 
@@ -166,6 +167,8 @@ def sweep(
     threshold: TIMING.threshold = None,
     cache: TIMING.cache = None,
     launch_state: TIMING.launch_state = None,
+    tokens: CELLS.tokens = None,
+    geometry: CELLS.geometry = None,
     pass_timeout: Annotated[float | None, typer.Option(
         help="seconds a pass's worker process may run (start-up included) before it is "
              "ended and the pass recorded failed ('timed out after N s') and replaced; "
@@ -179,7 +182,7 @@ def sweep(
     resume: Annotated[bool, typer.Option(
         "--resume",
         help="continue the archive at --out, without repeating its finished passes; give "
-             "the same --protocol and the same overrides (--route, --passes, --samples, ...) "
+             "the same --protocol and the same overrides (--route, --tokens, --passes, ...) "
              "it was started with")] = False,
     allow_code_change: Annotated[bool, typer.Option(
         "--allow-code-change",
@@ -194,9 +197,10 @@ def sweep(
     try:
         dev = _device(device)
         proto = _protocol(protocol, dev).with_overrides(
-            routes=route, passes=passes, warmup=warmup, samples=samples, inner_reps=inner_reps,
-            schedule=schedule, isolation=isolation, drop_threshold=threshold, cache=cache,
-            launch_state=launch_state, pass_timeout=pass_timeout)
+            routes=route, tokens=tokens, geometries=geometry, passes=passes, warmup=warmup,
+            samples=samples, inner_reps=inner_reps, schedule=schedule, isolation=isolation,
+            drop_threshold=threshold, cache=cache, launch_state=launch_state,
+            pass_timeout=pass_timeout)
         from qkbench import report, runner
 
         path = archive_path(out_path, proto.name, resume)
@@ -251,6 +255,8 @@ def calibrate(
     device: DeviceOpt = "auto",
     passes: TIMING.passes = None,
     samples: TIMING.samples = None,
+    tokens: CELLS.tokens = None,
+    geometry: CELLS.geometry = None,
     out_path: Annotated[Path | None, typer.Option(
         "--out", help="the directory the two archives are written in (default: results/)",
         show_default=False)] = None,
@@ -279,7 +285,8 @@ def calibrate(
         if aa is not None:
             runs = {"aa": read_checked(aa), "planted": read_checked(planted_run)}
         else:
-            proto = _protocol(protocol, dev).with_overrides(passes=passes, samples=samples)
+            proto = _protocol(protocol, dev).with_overrides(
+                tokens=tokens, geometries=geometry, passes=passes, samples=samples)
             every = tuple(planted or calibration.default_planted(proto.timing.inner_reps))
             if any(n < 1 for n in every):
                 raise QkbenchError(f"--planted must be >= 1, got {list(every)}")
@@ -441,7 +448,7 @@ def audit(archive: Annotated[Path, typer.Argument(
 def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
            route: Annotated[list[str] | None, typer.Option(
                help="repeat: the routes to check, one or more (default: the protocol's)")]
-           = None) -> None:
+           = None, tokens: CELLS.tokens = None, geometry: CELLS.geometry = None) -> None:
     """Check each route's exactness and accuracy on every case of a protocol (no timing).
 
     One line per case as it is checked: each route ok, WRONG or n/s (not supported), and why.
@@ -449,7 +456,7 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
     failed = unsupported = 0
     try:
         dev = _device(device)
-        proto = _protocol(protocol, dev)
+        proto = _protocol(protocol, dev).with_overrides(tokens=tokens, geometries=geometry)
         from qkbench.case import make_inputs
         from qkbench.routes import resolve
         from qkbench.verify import describe, status_word

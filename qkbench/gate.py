@@ -146,13 +146,16 @@ def regressions(summary: dict, tolerance: float) -> list[Cell]:
 
 
 def identity(archive: dict) -> dict[str, object]:
-    """What two archives must share to be compared: protocol text, device, routes and the
-    launch state their arms were timed in (which moves a route beside a PDL one by 9-12 %
-    on the H200; an archive from before the setting ran as found)."""
-    env = archive["environment"]
+    """What two archives must share to be compared: protocol text, the cells picked from it,
+    device, routes and the launch state their arms were timed in (which moves a route
+    beside a PDL one by 9-12 % on the H200; an archive from before the setting ran as
+    found)."""
+    env, resolved = archive["environment"], archive["protocol"]["resolved"]
     return {"protocol sha256": archive["protocol"]["sha256"],
+            "tokens": list(resolved["tokens"]),
+            "geometries": [g["name"] for g in resolved["geometries"]],
             "device": (env.get("gpu") or {}).get("name") or archive["settings"]["device"],
-            "routes": list(archive["protocol"]["resolved"]["routes"]),
+            "routes": list(resolved["routes"]),
             "launch state": launch_state_of(archive)}
 
 

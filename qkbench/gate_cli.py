@@ -12,7 +12,7 @@ import typer
 
 from qkbench.errors import GateError, QkbenchError
 from qkbench.gate import USAGE
-from qkbench.options import timing
+from qkbench.options import cells, timing
 
 HELP = """The CI perf-regression gate: fail on a real regression, not on noise.
 
@@ -55,6 +55,7 @@ Exit codes:
 """
 
 TIMING = timing("(--against only; default: the protocol's)")
+CELLS = cells("(--against only; default: all of the protocol's)")
 
 
 def gate(
@@ -115,6 +116,8 @@ def gate(
     threshold: TIMING.threshold = None,
     cache: TIMING.cache = None,
     launch_state: TIMING.launch_state = None,
+    tokens: CELLS.tokens = None,
+    geometry: CELLS.geometry = None,
 ) -> None:
     from qkbench import gate as rules
     from qkbench.cli import err, out
@@ -123,8 +126,8 @@ def gate(
                      "--passes": passes, "--warmup": warmup, "--samples": samples,
                      "--inner-reps": inner_reps, "--schedule": schedule,
                      "--isolation": isolation, "--threshold": threshold, "--cache": cache,
-                     "--launch-state": launch_state,
-                     "--device": None if device == "auto" else device}
+                     "--launch-state": launch_state, "--tokens": tokens,
+                     "--geometry": geometry, "--device": None if device == "auto" else device}
     try:
         tol = rules.parse_tolerance(tolerance)
         if max_inconclusive < 0:
@@ -158,7 +161,8 @@ def gate(
                                             passes=passes, warmup=warmup, samples=samples,
                                             inner_reps=inner_reps, schedule=schedule,
                                             isolation=isolation, drop_threshold=threshold,
-                                            cache=cache, launch_state=launch_state))
+                                            cache=cache, launch_state=launch_state,
+                                            tokens=tokens, geometries=geometry))
         elif forms[0] == "RUN":
             outcome, measure = _one_run(run, expect or [], tol, max_inconclusive)
         else:

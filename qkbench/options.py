@@ -27,3 +27,15 @@ def timing(suffix: str) -> SimpleNamespace:
         launch_state=option(str, "as-found, or pdl: an empty PDL launch before each "
                                  "comparison's arms are timed, the state a PDL arm leaves"),
     )
+
+
+def cells(suffix: str) -> SimpleNamespace:
+    """The options that pick a protocol's cells, each help ending in ``suffix``."""
+    return SimpleNamespace(
+        tokens=Annotated[list[int] | None, typer.Option(
+            "--tokens", help=f"repeat: token counts to run instead of the protocol's {suffix}",
+            show_default=False)],
+        geometry=Annotated[list[str] | None, typer.Option(
+            "--geometry", help="repeat: the only geometries to run, by the protocol's names "
+                               f"for them {suffix}", show_default=False)],
+    )

@@ -136,8 +136,12 @@ class Protocol:
         del data["text"], data["path"]
         return data
 
-    def with_overrides(self, routes: list[str] | None = None, **timing) -> "Protocol":
-        """A copy with CLI overrides applied (``None`` values keep the protocol's)."""
+    def with_overrides(self, routes: list[str] | None = None, tokens: list[int] | None = None,
+                       geometries: list[str] | None = None, **timing) -> "Protocol":
+        """A copy with CLI overrides applied (``None`` values keep the protocol's):
+        ``tokens`` replace the protocol's token counts, ``geometries`` keep only the named
+        geometries (in the protocol's order; a band loses the others, and a band of only
+        others goes)."""
         changes = {k: v for k, v in timing.items() if v is not None}
         unknown = set(changes) - {f.name for f in fields(Timing)}
         if unknown:
@@ -145,8 +149,48 @@ class Protocol:
         proto = replace(self, timing=replace(self.timing, **changes))
         if routes:
             proto = replace(proto, routes=tuple(routes))
+        if tokens:
+            proto = replace(proto, tokens=_int_list("overrides", "tokens", list(tokens)))
+        if geometries:
+            proto = _selecting(proto, geometries)
         _check_semantics(proto, "overrides")
         return proto
+
+
+def _selecting(p: Protocol, names: list[str]) -> Protocol:
+    """``p`` with only the geometries ``names`` names, and its bands trimmed to them."""
+    known = [g.name for g in p.geometries]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ProtocolError(f"overrides: no geometry {unknown[0]!r} in protocol {p.name!r} "
+                            f"(it has {', '.join(known)})")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ProtocolError(f"overrides: geometries repeat: {repeated}")
+    bands = []
+    for b in p.bands:
+        kept = None if b.geometries is None else tuple(g for g in b.geometries if g in names)
+        if kept != ():
+            bands.append(replace(b, geometries=kept))
+    return replace(p, geometries=tuple(g for g in p.geometries if g.name in names),
+                   bands=tuple(bands))
+
+
+def selection(recorded: dict) -> str | None:
+    """How the cells an archive's header records (``recorded``, its ``protocol`` object)
+    differ from its protocol text's (the overrides ``tokens`` and ``geometries``), in
+    words; None where they do not."""
+    whole = parse(recorded["text"], recorded.get("path") or "<protocol>")
+    resolved = recorded["resolved"]
+    tokens, names = resolved["tokens"], [g["name"] for g in resolved["geometries"]]
+    parts = []
+    if tuple(tokens) != whole.tokens:
+        parts.append(f"tokens {', '.join(map(str, tokens))} (the protocol's: "
+                     f"{', '.join(map(str, whole.tokens))})")
+    if names != [g.name for g in whole.geometries]:
+        parts.append(f"geometries {', '.join(names)} (of "
+                     f"{', '.join(g.name for g in whole.geometries)})")
+    return "; ".join(parts) or None
 
 
 # Expected type of every key: (type, description) per table.
@@ -372,12 +416,13 @@ def parse(text: str, src: str = "<protocol>") -> Protocol:
 
 
 def rebuild(recorded: dict) -> Protocol:
-    """The protocol an archive's header records: its text with the recorded routes and
-    timing applied (``recorded`` is the archive's ``protocol`` object)."""
+    """The protocol an archive's header records: its text with the recorded routes, token
+    counts, geometries and timing applied (``recorded`` is the archive's ``protocol`` object)."""
     resolved = recorded["resolved"]
     where = f"the archive's copy of {recorded.get('path') or 'its protocol'}"
     return parse(recorded["text"], where).with_overrides(
-        routes=resolved["routes"], **resolved["timing"])
+        routes=resolved["routes"], tokens=resolved["tokens"],
+        geometries=[g["name"] for g in resolved["geometries"]], **resolved["timing"])
 
 
 def launch_state_of(archive: dict) -> str:

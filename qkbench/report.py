@@ -9,7 +9,7 @@ from rich.text import Text
 
 from qkbench.audit import code_lines
 from qkbench.neighbours import SMALL_TOKENS, baseline_beside
-from qkbench.protocol import launch_state_of
+from qkbench.protocol import launch_state_of, selection
 from qkbench.summary import current
 from qkbench.verify import status_word
 
@@ -56,7 +56,7 @@ def header(archive: dict) -> dict:
     code = env["code"]
     return {"status": archive["status"], "created": archive.get("created"),
             "protocol": {"name": protocol["resolved"].get("name"), "path": protocol.get("path"),
-                         "sha256": protocol["sha256"]},
+                         "sha256": protocol["sha256"], "cells_picked": selection(protocol)},
             "device": settings["device"], "gpu": (env.get("gpu") or {}).get("name"),
             "commit": code.get("commit"), "dirty": code.get("dirty"),
             "qkbench": env.get("qkbench"), "torch": env.get("torch"),
@@ -79,6 +79,9 @@ def header_lines(archive: dict) -> list[str]:
         f"passes ok {passes['ok']}, failed {passes['failed']}, "
         f"replacements {passes.get('replacements', 0)}",
     ]
+    picked = selection(archive["protocol"])
+    if picked:
+        lines.append(f"cells picked: {picked}")
     if not archive["passes"]:
         lines.append("no pass has finished yet: nothing to report")
     if archive.get("schema_version") == 1:

@@ -77,9 +77,10 @@ def job_for(protocol: Protocol, index: int, device: torch.device, replaces: int 
 
 
 def _overrides(protocol: Protocol) -> dict:
-    """The resolved timing and routes, so the worker rebuilds exactly this protocol."""
+    """The resolved timing, routes and cells, so the worker rebuilds exactly this protocol."""
     resolved = protocol.resolved()
-    return {"routes": list(protocol.routes), **resolved["timing"]}
+    return {"routes": list(protocol.routes), "tokens": list(protocol.tokens),
+            "geometries": [g.name for g in protocol.geometries], **resolved["timing"]}
 
 
 def _worker_env(device: torch.device) -> dict:
