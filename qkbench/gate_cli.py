@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 
 from qkbench.errors import GateError, QkbenchError
-from qkbench.gate import USAGE
 from qkbench.options import cells, timing
 
 HELP = """The CI perf-regression gate: fail on a real regression, not on noise.
@@ -171,7 +170,7 @@ def gate(
         _write_reports(outcome, measure, junit, markdown)
     except QkbenchError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-        raise typer.Exit(USAGE) from None
+        raise typer.Exit(rules.USAGE) from None
     except KeyboardInterrupt:
         err.print("[red]interrupted:[/red] no verdict; the passes that finished are in the "
                   "archive named above, if any (the ref's export is removed)",

@@ -124,6 +124,9 @@ def test_a_picked_sweep_measures_only_the_picked_cells_and_says_so(picked_sweep)
     assert {c["key"] for p in run["passes"] for c in p["cases"]} == {"b/T2"}
     assert ("cells picked: tokens 2 (the protocol's: 1, 4); geometries b (of a, b)"
             in result.stdout)
+    printed = json.loads(invoke("report", str(out), "--format", "json").stdout)
+    assert printed["header"]["protocol"]["cells_picked"] == ("tokens 2 (the protocol's: 1, "
+                                                             "4); geometries b (of a, b)")
 
 
 @interpreter_only

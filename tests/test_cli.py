@@ -5,6 +5,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,7 +158,8 @@ def test_report_json_prints_the_archived_summary_beside_the_runs_header(smoke_sw
     assert (header["device"], header["commit"], header["dirty"], header["status"]) == (
         "cpu", code["commit"], code["dirty"], "complete")
     assert header["protocol"] == {"name": "smoke", "path": smoke_archive["protocol"]["path"],
-                                  "sha256": smoke_archive["protocol"]["sha256"]}
+                                  "sha256": smoke_archive["protocol"]["sha256"],
+                                  "cells_picked": None}
 
 
 def test_report_rich_shows_the_cpu_caveat(smoke_sweep):
@@ -332,6 +334,19 @@ def test_piped_sweep_prints_one_line_per_finished_pass(smoke_sweep, smoke_archiv
     assert [int(m[4]) for m in found[:6]] == [2, 4, 6, 8, 10, 12]  # two cases a pass
     drops = smoke_archive["summary"]["comparisons"][0]["drops"]
     assert (int(found[-1][3]), int(found[-1][4])) == (drops["dropped"], drops["total"])
+
+
+@interpreter_only
+def test_a_cpu_run_from_a_shell_without_the_interpreter_set_runs_the_kernels_in_it():
+    # Triton reads TRITON_INTERPRET as it compiles a kernel's decorator, so the CLI must not
+    # import the kernels before --device is known; run in process, as verify is, they
+    # would otherwise be built for a GPU driver that is not there.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", "from qkbench.cli import app; app()",
+                           "verify", *QUICK], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("verify ok")
 
 
 @interpreter_only
