@@ -342,11 +342,15 @@ class Outcome:
         return [c for c in self.cells if c.result != SKIPPED]
 
     @property
+    def judged(self) -> list[Cell]:
+        return [c for c in self.counted if c.result != UNDECIDED]
+
+    @property
     def exit_code(self) -> int:
         if self.failed:
             return FAIL
-        # A gate that judged no case has passed nothing.
-        if not self.counted or len(self.inconclusive) > self.max_inconclusive:
+        # A gate that judged no case has passed nothing, however many it may leave undecided.
+        if not self.judged or len(self.inconclusive) > self.max_inconclusive:
             return INCONCLUSIVE
         return PASS
 
@@ -381,7 +385,7 @@ class Outcome:
                     met = sum(c.result == MET for c in mine)
                     parts.append(f'"{text}" met in {met} of {len(mine)} cases')
             line = f"gate: {word}, " + "; ".join(parts)
-        if not self.counted:
+        if not self.judged:
             line += "; no case was judged"
         undecided = self.inconclusive
         if undecided:

@@ -48,6 +48,9 @@ RUNS = {
                           {"effect": FUSED_GAIN, "seed": 1}),
     # One arm order's null arm always disagrees: every cell is unstable.
     "unstable": (PROTOCOL, {"effect": FUSED_GAIN, "order_null_bias": {("B", "A", "A'"): 0.03}}),
+    # The first pass's T = 1 disagrees, and so do its two replacements: that cell alone.
+    "one-unstable": (PROTOCOL, {"effect": FUSED_GAIN,
+                                "null_bias": {(0, 0): 0.03, (6, 0): 0.03, (7, 0): 0.03}}),
 }
 
 pytestmark = interpreter_only
@@ -216,13 +219,24 @@ def test_unstable_cases_are_inconclusive_exit_3_unless_allowed(archive):
     result = invoke(archive("unstable"))
     assert result.exit_code == 3, result.output
     assert last_line(result) == (
-        "gate: INCONCLUSIVE, 0 of 2 cases regressed beyond the 2.0 % tolerance; 2 "
-        "inconclusive, more than --max-inconclusive 0: tiny T=1 unstable, tiny T=3 unstable")
+        "gate: INCONCLUSIVE, 0 of 2 cases regressed beyond the 2.0 % tolerance; no case was "
+        "judged; 2 inconclusive, more than --max-inconclusive 0: tiny T=1 unstable, tiny T=3 "
+        "unstable")
     assert "orders B A A' kept failing" in result.stdout
-    allowed = invoke(archive("unstable"), "--max-inconclusive", "2")
+    allowed = invoke(archive("one-unstable"), "--max-inconclusive", "1")
     assert allowed.exit_code == 0, allowed.output
-    assert last_line(allowed).endswith("2 inconclusive, within --max-inconclusive 2: "
-                                       "tiny T=1 unstable, tiny T=3 unstable")
+    assert last_line(allowed) == (
+        "gate: PASS, 0 of 2 cases regressed beyond the 2.0 % tolerance; 1 inconclusive, "
+        "within --max-inconclusive 1: tiny T=1 unstable")
+
+
+def test_a_run_with_no_case_judged_never_passes_whatever_it_may_leave_undecided(archive):
+    result = invoke(archive("unstable"), "--max-inconclusive", "2")
+    assert result.exit_code == 3, result.output
+    assert last_line(result) == (
+        "gate: INCONCLUSIVE, 0 of 2 cases regressed beyond the 2.0 % tolerance; no case was "
+        "judged; 2 inconclusive, within --max-inconclusive 2: tiny T=1 unstable, tiny T=3 "
+        "unstable")
 
 
 # -- expectations ----------------------------------------------------------------------------
