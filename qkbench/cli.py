@@ -222,11 +222,9 @@ def sweep(
         if failed:
             problems.append(f"{len(failed)} of {proto.timing.passes} passes failed "
                             f"(passes {failed}; their output is in the archive)")
-        invalid = report.invalid(run)
+        invalid = report.invalid_line(run, "listed above")
         if invalid:
-            more = len(invalid) - 1
-            problems.append(invalid[0] + (f"; and {more} more invalid (route, case) "
-                                          f"pair{'s' * (more > 1)}, listed above" if more else ""))
+            problems.append(invalid)
         if problems:
             raise QkbenchError("; ".join(problems))
     except QkbenchError as e:
@@ -310,6 +308,25 @@ def calibrate(
         _fail(e)
 
 
+def _stopped_note(run: dict, archive: Path) -> str | None:
+    """What a reader of an archive that no qkbench is writing, and that is not complete,
+    should know: why its run stopped, where the sweep said why, and how it goes on where
+    it can."""
+    from qkbench.archive import SCHEMA_VERSION
+    from qkbench.lock import held
+    from qkbench.protocol import rebuild
+    from qkbench.runner import resumable, stopped
+
+    if run["status"] != "running" or held(archive):
+        return None
+    reason = (stopped(rebuild(run["protocol"]), run)
+              if run.get("schema_version") == SCHEMA_VERSION else None)
+    how = (f"; qkbench sweep --resume --out {archive} (with the --protocol and overrides it "
+           "was started with) continues it" if resumable(run) else "")
+    return (f"note: no qkbench is writing {archive}: "
+            f"{reason or 'its run stopped before it was complete'}{how}")
+
+
 @app.command("report")
 def report_cmd(
     archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
@@ -329,18 +346,14 @@ def report_cmd(
     try:
         from qkbench import report
         from qkbench.audit import read_checked
-        from qkbench.lock import held
-        from qkbench.runner import resumable
         from qkbench.summary import current
 
         if format not in ("rich", "markdown", "json"):
             raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
         run = read_checked(archive)
-        if run["status"] == "running" and not held(archive):
-            how = (f"; qkbench sweep --resume --out {archive} (with the --protocol and "
-                   "overrides it was started with) continues it" if resumable(run) else "")
-            err.print(f"note: no qkbench is writing {archive}: its run stopped before it was "
-                      f"complete{how}", highlight=False, soft_wrap=True)
+        note = _stopped_note(run, archive)
+        if note:
+            err.print(note, highlight=False, soft_wrap=True)
         if format == "rich":
             out.print(report.as_rich(run, wide=wide), soft_wrap=not out.is_terminal)
         elif format == "markdown":
@@ -380,10 +393,11 @@ def crossover(
     try:
         from qkbench import crossover as cross
         from qkbench.audit import read_checked
-        from qkbench.report import Fitted, Table
+        from qkbench.report import Fitted, Table, invalid_line
 
         run = read_checked(archive)
         table = cross.dispatch_table(run, candidate, source=str(archive))
+        invalid = invalid_line(run, "which qkbench report lists")
     except QkbenchError as e:
         _fail(e)
     source = table["source"]
@@ -402,12 +416,24 @@ def crossover(
                            "-" if e["stops_at"] is None else str(e["stops_at"]),
                            cross.describe(e)])
     out.print(Fitted(shown, list(range(len(shown.headers)))))
-    if emit is not None:
-        try:
+    note = _stopped_note(run, archive)
+    if note:
+        err.print(note, highlight=False, soft_wrap=True)
+    try:
+        # A dispatch table steers a model's every call: only from a whole run of valid routes.
+        if emit is not None and run["status"] != "complete":
+            raise QkbenchError(f"--emit: no dispatch table from a run that is not complete "
+                               f"(status {run['status']}); nothing was written")
+        if emit is not None and invalid:
+            raise QkbenchError(f"--emit: no dispatch table from a run with an invalid route "
+                               f"({invalid}); nothing was written")
+        if invalid:
+            raise QkbenchError(invalid)
+        if emit is not None:
             cross.write(emit, table)
-        except QkbenchError as e:
-            _fail(e)
-        err.print(f"dispatch table: {emit}", highlight=False, soft_wrap=True)
+            err.print(f"dispatch table: {emit}", highlight=False, soft_wrap=True)
+    except QkbenchError as e:
+        _fail(e)
 
 
 @app.command()

@@ -86,14 +86,19 @@ def dispatch_table(archive: dict, candidate: str | None = None,
 
 
 def describe(entry: dict) -> str:
-    """What the table does on one geometry, in words."""
+    """What the table does on one geometry, and why, in words."""
     bound, stop = entry["fused_through"], entry["stops_at"]
-    if bound is None:
-        return (f"split everywhere (not resolvably faster at the smallest width, T = {stop})"
-                if stop is not None else "split everywhere (nothing measured)")
+    if bound is None and stop is None:
+        return "split everywhere (nothing measured)"
     if entry["censored"]:
         return f"fused everywhere (no crossover up to T = {bound}: censored)"
-    return f"fused for T <= {bound}, split above (stops at T = {stop})"
+    verdict = next(m["verdict"] for m in entry["measured"] if m["tokens"] == stop)
+    resolved = verdict in ("slower", "unresolved")
+    if bound is None:
+        why = "not resolvably faster" if resolved else f"no verdict ({verdict})"
+        return f"split everywhere ({why} at the smallest T measured, {stop})"
+    return (f"fused for T <= {bound}, split above (stops at T = {stop}"
+            + ("" if resolved else f": no verdict there, {verdict}") + ")")
 
 
 def write(path: Path, table: dict) -> None:

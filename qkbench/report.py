@@ -258,6 +258,16 @@ def invalid(archive: dict) -> list[str]:
             for sentence, passes in found.values()]
 
 
+def invalid_line(archive: dict, where: str) -> str | None:
+    """The first of ``invalid``'s sentences, and how many more there are ``where``."""
+    found = invalid(archive)
+    if not found:
+        return None
+    more = len(found) - 1
+    return found[0] + (f"; and {more} more invalid (route, case) pair{'s' * (more > 1)}, "
+                       f"{where}" if more else "")
+
+
 def failures(archive: dict) -> list[str]:
     lines = []
     for p in archive["passes"]:

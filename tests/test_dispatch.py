@@ -117,6 +117,73 @@ def test_crossover_cli_prints_each_geometry_and_emits_the_table(crossing, table,
     assert json.loads(out.read_text()) == json.loads(json.dumps(table))
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def crossover_cli(*args: str):
+    return CliRunner().invoke(app, ["crossover", *args])
+
+
+@pytest.fixture(scope="module")
+def partly_invalid(tmp_path_factory) -> Path:
+    """The smoke protocol swept whole, its candidate raising at T = 4 (valid at T = 1)."""
+    path = tmp_path_factory.mktemp("partly-invalid") / "run.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(FIXTURES))
+        result = CliRunner().invoke(app, [
+            "sweep", "--protocol", "smoke", "--device", "cpu", "--isolation", "inprocess",
+            "--route", "split", "--route", "invalid_routes:raising_past_one_token",
+            "--out", str(path)])
+    assert result.exit_code == 1 and path.exists(), result.output
+    return path
+
+
+@interpreter_only
+def test_crossover_of_a_run_with_an_invalid_route_exits_1_naming_it(partly_invalid):
+    result = crossover_cli(str(partly_invalid))
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: route invalid_routes:raising_past_one_token raised on tiny-4x2/T4: "
+        "ValueError: no kernel for 4 tokens (in 6 of 6 passes)")
+
+
+@interpreter_only
+def test_no_dispatch_table_is_emitted_from_a_run_with_an_invalid_route(partly_invalid,
+                                                                       tmp_path):
+    out = tmp_path / "dispatch.json"
+    result = crossover_cli(str(partly_invalid), "--emit", str(out))
+    assert result.exit_code == 1 and not out.exists()
+    assert "error: --emit: no dispatch table from a run with an invalid route (route " \
+           "invalid_routes:raising_past_one_token raised on tiny-4x2/T4" in result.stderr
+
+
+@interpreter_only
+def test_no_dispatch_table_is_emitted_from_a_run_that_is_not_complete(one_pass, tmp_path):
+    out = tmp_path / "dispatch.json"
+    result = crossover_cli(str(one_pass), "--emit", str(out))
+    assert result.exit_code == 1 and not out.exists()
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith(f"note: no qkbench is writing {one_pass}: its run stopped "
+                               "before it was complete; qkbench sweep --resume")
+    assert lines[-1] == ("error: --emit: no dispatch table from a run that is not complete "
+                         "(status running); nothing was written")
+
+
+@pytest.mark.parametrize(("measured", "said"), [
+    ([("slower", 1)], "split everywhere (not resolvably faster at the smallest T measured, 1)"),
+    ([("invalid", 1)], "split everywhere (no verdict (invalid) at the smallest T measured, 1)"),
+    ([("faster", 1), ("unstable", 4)],
+     "fused for T <= 1, split above (stops at T = 4: no verdict there, unstable)"),
+    ([("faster", 1), ("unresolved", 4)], "fused for T <= 1, split above (stops at T = 4)"),
+], ids=["slower", "invalid", "unstable-after-faster", "unresolved-after-faster"])
+def test_a_geometrys_dispatch_says_why_it_stops(measured, said):
+    bound = next((t for v, t in reversed(measured) if v == "faster"), None)
+    stop = next(t for v, t in measured if v != "faster")
+    entry = {"fused_through": bound, "stops_at": stop, "censored": False,
+             "measured": [{"tokens": t, "verdict": v} for v, t in measured]}
+    assert crossover.describe(entry) == said
+
+
 def test_a_run_of_several_candidates_needs_one_named():
     summary = {"comparisons": [{"candidate": "fused"}, {"candidate": "peer:liger"}]}
     with pytest.raises(QkbenchError, match=r"compares 2 candidates .*--candidate"):
