@@ -8,7 +8,7 @@ resolved slower. ``summarize`` reads both archives' summaries; nothing here prin
 """
 
 from qkbench import routes
-from qkbench.errors import ProtocolError
+from qkbench.errors import ProtocolError, QkbenchError
 from qkbench.protocol import Protocol
 from qkbench.summary import current
 
@@ -60,6 +60,41 @@ def _replays(archive: dict) -> dict[str, tuple[int, int]]:
     """Case key -> (input sets, launches per replay), as the passes recorded them."""
     return {c["key"]: (c["input_sets"], c["launches_per_replay"])
             for p in archive["passes"] for c in p.get("cases", []) if "input_sets" in c}
+
+
+def _route_of(kind: str, archive: dict) -> str:
+    """The route an A/A (``kind`` "aa") or planted archive calibrates; a ``QkbenchError``
+    where its routes are not such a run's."""
+    names = list(archive["protocol"]["resolved"]["routes"])
+    base, others = names[0], names[1:]
+    if kind == "aa" and others == [routes.twin(base)]:
+        return base
+    if kind == "planted" and others and all(
+            n.startswith(base + routes.PLANTED) and n.rpartition(routes.PLANTED)[2].isdigit()
+            for n in others):
+        return base
+    option, what, want = {
+        "aa": ("--aa", "an A/A", f"ROUTE against ROUTE{routes.TWIN}"),
+        "planted": ("--planted-run", "a planted", f"ROUTE against ROUTE{routes.PLANTED}N")}[kind]
+    raise QkbenchError(f"{option}: not {what} calibration archive (its routes are "
+                       f"{', '.join(names)}; such a run times {want})")
+
+
+def check_pair(aa: dict, planted: dict) -> None:
+    """Refuse two archives that are not one calibration's A/A and planted runs: of one
+    route, protocol text and set of cells, each with a summary."""
+    route, planted_route = _route_of("aa", aa), _route_of("planted", planted)
+    if route != planted_route:
+        raise QkbenchError(f"--aa calibrates {route} and --planted-run {planted_route}: give "
+                           "the two archives of one calibration")
+    a, b = aa["protocol"], planted["protocol"]
+    if a["sha256"] != b["sha256"] or any(a["resolved"][k] != b["resolved"][k]
+                                         for k in ("tokens", "geometries")):
+        raise QkbenchError("--aa and --planted-run ran different protocols or cells: give "
+                           "the two archives of one calibration")
+    for option, archive in (("--aa", aa), ("--planted-run", planted)):
+        if not current(archive):
+            raise QkbenchError(f"{option}: the run has no summary yet: no pass has finished")
 
 
 def summarize(aa: dict, planted: dict) -> dict:

@@ -281,7 +281,17 @@ def calibrate(
         from qkbench.audit import read_checked
 
         if aa is not None:
+            given = [name for name, value in (
+                ("--protocol", protocol), ("--route", route), ("--planted", planted),
+                ("--device", None if device == "auto" else device), ("--passes", passes),
+                ("--samples", samples), ("--tokens", tokens), ("--geometry", geometry),
+                ("--out", out_path)) if value is not None]
+            if given:
+                raise QkbenchError(f"{', '.join(given)} {'go' if len(given) > 1 else 'goes'} "
+                                   "only with a run, not with --aa and --planted-run (which "
+                                   "report from archives)")
             runs = {"aa": read_checked(aa), "planted": read_checked(planted_run)}
+            calibration.check_pair(runs["aa"], runs["planted"])
         else:
             proto = _protocol(protocol, dev).with_overrides(
                 tokens=tokens, geometries=geometry, passes=passes, samples=samples)

@@ -113,3 +113,43 @@ def test_calibrate_cli_exits_1_on_a_false_verdict(tmp_path):
                                       _write(tmp_path / "p.json.gz", runs["planted"])])
     assert result.exit_code == 1
     assert "error: calibrate split: false verdicts 2/2" in result.stderr
+
+
+def report_from(tmp_path, aa: dict, planted: dict, *more: str):
+    return CliRunner().invoke(app, ["calibrate", "--aa", _write(tmp_path / "a.json.gz", aa),
+                                    "--planted-run", _write(tmp_path / "p.json.gz", planted),
+                                    *more])
+
+
+def assert_one_error(result, line: str) -> None:
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.strip().splitlines() == [f"error: {line}"]
+
+
+def test_archives_given_the_wrong_way_round_are_refused_naming_them(unbiased, tmp_path):
+    assert_one_error(report_from(tmp_path, unbiased["planted"], unbiased["aa"]),
+                     "--aa: not an A/A calibration archive (its routes are split, split+1/8, "
+                     "split+1/2; such a run times ROUTE against ROUTE~twin)")
+
+
+def test_an_ordinary_sweep_is_not_a_planted_run(unbiased, tmp_path):
+    sweep = synthetic_sweep(PROTOCOL, tmp_path / "sweep.json.gz")
+    assert_one_error(report_from(tmp_path, unbiased["aa"], sweep),
+                     "--planted-run: not a planted calibration archive (its routes are split, "
+                     "fused; such a run times ROUTE against ROUTE+1/N)")
+
+
+def test_the_runs_of_two_calibrations_are_not_read_as_one(unbiased, tmp_path):
+    other = parse(tiny_protocol("calibrated", (1,), inner_reps=8))
+    aa = synthetic_sweep(calibration.protocols(other, "split", EVERY)["aa"],
+                         tmp_path / "other-aa.json.gz")
+    assert_one_error(report_from(tmp_path, aa, unbiased["planted"]),
+                     "--aa and --planted-run ran different protocols or cells: give the two "
+                     "archives of one calibration")
+
+
+def test_a_run_option_with_archives_is_refused_not_ignored(unbiased, tmp_path):
+    assert_one_error(report_from(tmp_path, unbiased["aa"], unbiased["planted"], "--tokens", "4",
+                                 "--passes", "12"),
+                     "--passes, --tokens go only with a run, not with --aa and --planted-run "
+                     "(which report from archives)")
