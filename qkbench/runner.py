@@ -261,11 +261,25 @@ def _check_code(existing: dict, out: Path, allow_code_change: bool) -> tuple[dic
     return now, differ
 
 
+def _names(value) -> list | None:
+    """The names of a list of named tables (geometries, bands), else None."""
+    if isinstance(value, list) and all(isinstance(v, dict) and "name" in v for v in value):
+        return [v["name"] for v in value]
+    return None
+
+
 def _differing(a, b, path: str = "") -> list[tuple[str, object, object]]:
-    """The dotted keys whose values differ between two JSON objects, with both values."""
+    """The dotted keys whose values differ between two JSON objects, with both values; a
+    list of named tables by its names, or where those agree, table by table."""
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for key in sorted(set(a) | set(b), key=str)
                 for d in _differing(a.get(key), b.get(key), f"{path}.{key}" if path else key)]
+    names_a, names_b = _names(a), _names(b)
+    if a != b and None not in (names_a, names_b):
+        if names_a != names_b:
+            return [(f"{path} (names)", names_a, names_b)]
+        return [d for x, y in zip(a, b, strict=True)
+                for d in _differing(x, y, f"{path}[{x['name']}]")]
     return [] if a == b else [(path, a, b)]
 
 

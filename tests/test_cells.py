@@ -147,6 +147,16 @@ def test_a_resume_with_other_cells_is_refused_naming_the_tokens(picked_sweep):
 
 
 @interpreter_only
+def test_a_resume_with_other_geometries_is_refused_naming_them_not_their_tables(picked_sweep):
+    args, out, _ = picked_sweep
+    result = invoke("sweep", *args, "--tokens", "2", "--geometry", "a", "--resume",
+                    "--out", str(out))
+    assert result.exit_code == 1
+    assert "geometries (names) is ['b'] there, ['a'] here" in result.stderr
+    assert "{" not in result.stderr
+
+
+@interpreter_only
 def test_the_gate_refuses_archives_of_different_cells_naming_them(picked_sweep, tmp_path):
     args, out, _ = picked_sweep
     other = tmp_path / "other.json"
