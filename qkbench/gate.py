@@ -273,10 +273,13 @@ def parse_expectation(text: str) -> Expectation:
                        int(m["n"]) if m["n"] else None)
 
 
-def expect(summary: dict, bands: Sequence[dict], expectation: Expectation) -> list[Cell]:
+def expect(summary: dict, bands: Sequence[dict], expectation: Expectation,
+           picked: str | None = None) -> list[Cell]:
     """The cells an expectation selects, each met, not met or inconclusive. A missing
-    comparison or band, or a scope that selects no cell, is a ``GateError``."""
+    comparison or band, or a scope that selects no cell, is a ``GateError`` (which names
+    ``picked``, the cells the run picked from its protocol, where it did)."""
     x = expectation
+    pick = f"; the run picked {picked}" if picked else ""
     comps = {(c["baseline"], c["candidate"]): c for c in summary["comparisons"]}
     opposite = {"faster": "slower", "slower": "faster"}
     if (x.other, x.route) in comps:
@@ -289,10 +292,10 @@ def expect(summary: dict, bands: Sequence[dict], expectation: Expectation) -> li
     by_name = {b["name"]: b for b in bands}
     if x.band is not None and x.band not in by_name:
         raise GateError(f"--expect {x.text!r}: no band {x.band!r} in the archive's protocol "
-                        f"(it has {', '.join(repr(n) for n in by_name) or 'none'})")
+                        f"(it has {', '.join(repr(n) for n in by_name) or 'none'}){pick}")
     selected = [c for c in comp["cases"] if x.selects(c, by_name)]
     if not selected:
-        raise GateError(f"--expect {x.text!r}: selects no case of {_name(comp)}")
+        raise GateError(f"--expect {x.text!r}: selects no case of {_name(comp)}{pick}")
     if all(c["effect"]["verdict"] == NOT_SUPPORTED for c in selected):
         raise GateError(f"--expect {x.text!r}: every case it selects of {_name(comp)} is "
                         f"{NOT_SUPPORTED} (not supported by one of its routes)")

@@ -197,6 +197,7 @@ def _read(path: Path, flag: str) -> dict:
 
 def _one_run(path: Path, expectations: list[str], tol: float, max_inconclusive: int):
     from qkbench import gate as rules
+    from qkbench.protocol import selection
     from qkbench.report import failures
     from qkbench.summary import current
 
@@ -206,7 +207,8 @@ def _one_run(path: Path, expectations: list[str], tol: float, max_inconclusive: 
     notes = failures(run)
     if parsed:
         bands = run["protocol"]["resolved"]["bands"]
-        cells = [c for x in parsed for c in rules.expect(summary, bands, x)]
+        picked = selection(run["protocol"])
+        cells = [c for x in parsed for c in rules.expect(summary, bands, x, picked)]
         return (rules.Outcome("expectations", cells, None, max_inconclusive, notes),
                 "expectations over the run's verdicts (" + ONE_RUN + ")")
     return (rules.Outcome("regressions", rules.regressions(summary, tol), tol, max_inconclusive,

@@ -140,8 +140,8 @@ class Protocol:
                        geometries: list[str] | None = None, **timing) -> "Protocol":
         """A copy with CLI overrides applied (``None`` values keep the protocol's):
         ``tokens`` replace the protocol's token counts, ``geometries`` keep only the named
-        geometries (in the protocol's order; a band loses the others, and a band of only
-        others goes)."""
+        geometries (in the protocol's order; a band loses the others). With either, a band
+        that holds none of the cells left goes."""
         changes = {k: v for k, v in timing.items() if v is not None}
         unknown = set(changes) - {f.name for f in fields(Timing)}
         if unknown:
@@ -153,12 +153,16 @@ class Protocol:
             proto = replace(proto, tokens=_int_list("overrides", "tokens", list(tokens)))
         if geometries:
             proto = _selecting(proto, geometries)
+        if tokens or geometries:  # a band that holds none of the picked cells goes
+            proto = replace(proto, bands=tuple(
+                b for b in proto.bands
+                if any(b.holds(c.geometry.name, c.tokens) for c in proto.cases())))
         _check_semantics(proto, "overrides")
         return proto
 
 
 def _selecting(p: Protocol, names: list[str]) -> Protocol:
-    """``p`` with only the geometries ``names`` names, and its bands trimmed to them."""
+    """``p`` with only the geometries ``names`` names, and its bands' lists trimmed to them."""
     known = [g.name for g in p.geometries]
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -167,13 +171,11 @@ def _selecting(p: Protocol, names: list[str]) -> Protocol:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ProtocolError(f"overrides: geometries repeat: {repeated}")
-    bands = []
-    for b in p.bands:
-        kept = None if b.geometries is None else tuple(g for g in b.geometries if g in names)
-        if kept != ():
-            bands.append(replace(b, geometries=kept))
+    bands = tuple(b if b.geometries is None else
+                  replace(b, geometries=tuple(g for g in b.geometries if g in names))
+                  for b in p.bands)
     return replace(p, geometries=tuple(g for g in p.geometries if g.name in names),
-                   bands=tuple(bands))
+                   bands=bands)
 
 
 def selection(recorded: dict) -> str | None:

@@ -71,6 +71,11 @@ def test_bands_lose_the_geometries_left_out_and_a_band_of_only_those_goes():
                                                        ("every geometry", None)]
 
 
+def test_a_band_that_holds_none_of_the_picked_token_counts_goes():
+    bands = parse(TWO).with_overrides(tokens=[1]).bands
+    assert [b.name for b in bands] == ["only a", "both"]
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ({"geometries": ["c"]}, "overrides: no geometry 'c' in protocol 'two' \\(it has a, b\\)"),
     ({"geometries": ["a", "a"]}, "overrides: geometries repeat: \\['a'\\]"),
@@ -154,6 +159,17 @@ def test_a_resume_with_other_geometries_is_refused_naming_them_not_their_tables(
     assert result.exit_code == 1
     assert "geometries (names) is ['b'] there, ['a'] here" in result.stderr
     assert "{" not in result.stderr
+
+
+@interpreter_only
+def test_an_expectation_on_a_band_the_pick_left_out_says_what_was_picked(picked_sweep):
+    _, out, _ = picked_sweep
+    result = invoke("gate", str(out), "--expect", "fused faster than split in band 'only a'")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "error: --expect \"fused faster than split in band 'only a'\": no band 'only a' in "
+        "the archive's protocol (it has 'both', 'every geometry'); the run picked tokens 2 "
+        "(the protocol's: 1, 4); geometries b (of a, b)")
 
 
 @interpreter_only
