@@ -169,11 +169,7 @@ def sweep(
     launch_state: TIMING.launch_state = None,
     tokens: CELLS.tokens = None,
     geometry: CELLS.geometry = None,
-    pass_timeout: Annotated[float | None, typer.Option(
-        help="seconds a pass's worker process may run (start-up included) before it is "
-             "ended and the pass recorded failed ('timed out after N s') and replaced; "
-             "in-process passes (--isolation inprocess) cannot be timed out "
-             + PROTOCOLS + "; the shipped default is 1800")] = None,
+    pass_timeout: TIMING.pass_timeout = None,
     out_path: Annotated[Path | None, typer.Option(
         "--out", help="the archive file (a name ending in .json.gz or .gz is compressed, "
                       ".json plain), or any other name: a folder (made where missing) to "

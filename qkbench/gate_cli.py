@@ -115,6 +115,7 @@ def gate(
     threshold: TIMING.threshold = None,
     cache: TIMING.cache = None,
     launch_state: TIMING.launch_state = None,
+    pass_timeout: TIMING.pass_timeout = None,
     tokens: CELLS.tokens = None,
     geometry: CELLS.geometry = None,
 ) -> None:
@@ -125,7 +126,8 @@ def gate(
                      "--passes": passes, "--warmup": warmup, "--samples": samples,
                      "--inner-reps": inner_reps, "--schedule": schedule,
                      "--isolation": isolation, "--threshold": threshold, "--cache": cache,
-                     "--launch-state": launch_state, "--tokens": tokens,
+                     "--launch-state": launch_state, "--pass-timeout": pass_timeout,
+                     "--tokens": tokens,
                      "--geometry": geometry, "--device": None if device == "auto" else device}
     try:
         tol = rules.parse_tolerance(tolerance)
@@ -161,7 +163,8 @@ def gate(
                                             inner_reps=inner_reps, schedule=schedule,
                                             isolation=isolation, drop_threshold=threshold,
                                             cache=cache, launch_state=launch_state,
-                                            tokens=tokens, geometries=geometry))
+                                            pass_timeout=pass_timeout, tokens=tokens,
+                                            geometries=geometry))
         elif forms[0] == "RUN":
             outcome, measure = _one_run(run, expect or [], tol, max_inconclusive)
         else:

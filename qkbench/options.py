@@ -26,6 +26,11 @@ def timing(suffix: str) -> SimpleNamespace:
         cache=option(str, "hot or cold"),
         launch_state=option(str, "as-found, or pdl: an empty PDL launch before each "
                                  "comparison's arms are timed, the state a PDL arm leaves"),
+        pass_timeout=option(float, "seconds a pass's worker process may run (start-up "
+                                   "included) before it is ended and the pass recorded failed "
+                                   "('timed out after N s') and replaced; in-process passes "
+                                   "(--isolation inprocess) cannot be timed out (the shipped "
+                                   "protocols' 1800)"),
     )
 
 

@@ -159,6 +159,16 @@ def test_against_a_ref_with_the_same_kernels_passes(repo, tmp_path, cpu_time):
     assert f"archive: {next(tmp_path.iterdir())}" in result.stderr
 
 
+@interpreter_only
+def test_the_sweeps_options_reach_the_gates_run(repo, tmp_path, cpu_time):
+    result = gate(repo, "same", tmp_path, "--pass-timeout", "123", "--tokens", "2",
+                  "--samples", "4")
+    assert result.exit_code == 0, result.output
+    resolved = the_archive(tmp_path)["protocol"]["resolved"]
+    assert (resolved["timing"]["pass_timeout"], resolved["timing"]["samples"],
+            resolved["tokens"]) == (123.0, 4, [2])
+
+
 @pytest.fixture
 def slower_working_tree(monkeypatch):
     """The working tree's fused route doing its work twice: what the installed package
