@@ -77,7 +77,7 @@ def _fail(e: QkbenchError) -> None:
 PROTOCOLS = "(default: the protocol's)"
 TIMING = timing(PROTOCOLS)
 CELLS = cells("(default: all of the protocol's)")
-# A CPU sweep of more than this many times the smoke protocol's timed calls is announced.
+# A CPU sweep of more than this many times the smoke protocol's timed work is announced.
 CPU_HEAVY = 20
 
 
@@ -201,12 +201,13 @@ def sweep(
 
         path = archive_path(out_path, proto.name, resume)
         if dev.type == "cpu":
-            heavier = proto.timed_calls() / _protocol("smoke", dev).timed_calls()
+            heavier = proto.timed_elements() / _protocol("smoke", dev).timed_elements()
             if heavier > CPU_HEAVY:
                 err.print(f"note: {proto.name} on the CPU makes {proto.timed_calls():,} timed "
-                          f"route calls in the Triton interpreter, {heavier:,.0f}x the smoke "
-                          "protocol's (minutes here): hours or days; Ctrl-C keeps the "
-                          "finished passes", highlight=False, soft_wrap=True)
+                          f"route calls over {proto.timed_elements():,} q and k elements in "
+                          f"the Triton interpreter, {heavier:,.0f}x the smoke protocol's work "
+                          "(minutes here): hours or days; Ctrl-C keeps the finished passes",
+                          highlight=False, soft_wrap=True)
         run = _swept(proto, dev, path, resume, allow_code_change)
         out.print(report.as_rich(run), soft_wrap=not out.is_terminal)
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)

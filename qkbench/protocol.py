@@ -125,6 +125,13 @@ class Protocol:
         return (t.passes * len(self.cases()) * len(self.candidates) * 3
                 * (t.warmup + t.samples) * t.inner_reps)
 
+    def timed_elements(self) -> int:
+        """The q and k elements those calls process, what a CPU run's time in the Triton
+        interpreter grows with."""
+        return self.timed_calls() // len(self.cases()) * sum(
+            c.tokens * (c.geometry.heads_q + c.geometry.heads_k) * c.geometry.head_dim
+            for c in self.cases())
+
     def cases(self) -> list[Case]:
         return [Case(g, t, self.dtype, self.table_dtype, self.positions_dtype,
                      self.max_position, self.eps)
