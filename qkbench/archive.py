@@ -73,8 +73,7 @@ def new(protocol, settings: dict, environment: dict, command: list[str]) -> dict
     return {
         "schema_version": SCHEMA_VERSION, "kind": KIND, "status": "running",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command,
-        "protocol": {"path": protocol.path, "text": protocol.text, "sha256": protocol.sha256,
-                     "resolved": protocol.resolved()},
+        "protocol": protocol.record(),
         "settings": settings, "environment": environment, "resumed": [], "passes": [],
         "summary": None, "seal": None,
     }

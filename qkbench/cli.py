@@ -491,6 +491,7 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
         dev = _device(device)
         proto = _protocol(protocol, dev).with_overrides(tokens=tokens, geometries=geometry)
         from qkbench.case import make_inputs
+        from qkbench.protocol import selection
         from qkbench.routes import resolve
         from qkbench.verify import describe, status_word
         from qkbench.verify import verify as verify_case
@@ -498,8 +499,11 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
         # Any number of routes, one too: nothing is compared in time here.
         routes = [resolve(name) for name in dict.fromkeys(route or proto.routes)]
         cases = proto.cases()
-        err.print(f"verify {proto.name} on {dev}: {len(cases)} case(s), routes "
-                  f"{', '.join(r.name for r in routes)}", highlight=False, soft_wrap=True)
+        picked = selection(proto.record())
+        err.print(f"verify {proto.name} on {dev}: {len(cases)} case(s)"
+                  + (f" ({picked})" if picked else "")
+                  + f", routes {', '.join(r.name for r in routes)}", highlight=False,
+                  soft_wrap=True)
         for i, case in enumerate(cases):
             checks = verify_case(routes, make_inputs(case, i, dev), case.geometry.inplace)
             words = [status_word(checks[r.name]) for r in routes]

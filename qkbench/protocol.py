@@ -143,6 +143,12 @@ class Protocol:
         del data["text"], data["path"]
         return data
 
+    def record(self) -> dict:
+        """The archive's ``protocol`` object: the text, where it came from, its hash and the
+        resolved settings."""
+        return {"path": self.path, "text": self.text, "sha256": self.sha256,
+                "resolved": self.resolved()}
+
     def with_overrides(self, routes: list[str] | None = None, tokens: list[int] | None = None,
                        geometries: list[str] | None = None, **timing) -> "Protocol":
         """A copy with CLI overrides applied (``None`` values keep the protocol's):

@@ -89,9 +89,8 @@ def test_a_bad_pick_is_refused_naming_it(override, message):
 
 
 def recorded(protocol) -> dict:
-    """The ``protocol`` object an archive of ``protocol`` records."""
-    return {"text": protocol.text, "path": protocol.path, "sha256": protocol.sha256,
-            "resolved": json.loads(json.dumps(protocol.resolved()))}
+    """The ``protocol`` object an archive of ``protocol`` records, as read back."""
+    return json.loads(json.dumps(protocol.record()))
 
 
 def test_an_archives_header_rebuilds_the_picked_cells():
@@ -190,6 +189,8 @@ def test_verify_checks_only_the_picked_cells(tmp_path):
                     "--tokens", "3", "--geometry", "a")
     assert result.exit_code == 0, result.output
     assert [line.split(":")[0] for line in result.stdout.strip().splitlines()] == ["a/T3"]
+    assert result.stderr.startswith("verify two on cpu: 1 case(s) (tokens 3 (the protocol's: "
+                                    "1, 4); geometries a (of a, b)), routes split, fused")
 
 
 def test_an_unknown_geometry_fails_in_one_line_before_anything_runs(tmp_path):
