@@ -85,8 +85,8 @@ def gate(
              "bounds the drift between two runs)")] = False,
     allow_mismatch: Annotated[bool, typer.Option(
         "--allow-mismatch",
-        help="--baseline/--candidate: compare archives whose protocol, device or routes "
-             "differ (said in the output)")] = False,
+        help="--baseline/--candidate: compare archives whose protocol, cells, device, "
+             "routes or launch state differ (said in the output)")] = False,
     junit: Annotated[Path | None, typer.Option(
         help="write a JUnit XML report: a test case per (comparison, case) (default: none)",
         show_default=False)] = None,
