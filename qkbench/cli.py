@@ -25,6 +25,8 @@ out = Console(width=None if sys.stdout.isatty() else 220)
 err = Console(stderr=True)
 
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present, else CPU), cuda, cpu")]
+ArchiveArg = Annotated[Path, typer.Argument(metavar="ARCHIVE",
+                                            help="a run archive (.json or .json.gz)")]
 ProtocolOpt = Annotated[str | None, typer.Option(
     help="a protocol file (a path: has a '/' or ends in .toml), or a shipped protocol's bare "
          "name (default: text-decode on CUDA, smoke on CPU)")]
@@ -336,7 +338,7 @@ def _stopped_note(run: dict, archive: Path) -> str | None:
 
 @app.command("report")
 def report_cmd(
-    archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
+    archive: ArchiveArg,
     format: Annotated[str, typer.Option(
         help="rich, markdown or json (the run's header and its summary)")] = "rich",
     wide: Annotated[bool, typer.Option(
@@ -385,7 +387,7 @@ def report_cmd(
 
 @app.command()
 def crossover(
-    archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
+    archive: ArchiveArg,
     emit: Annotated[Path | None, typer.Option(
         help="write the dispatch table here as JSON (qkbench.kernels.dispatch.DispatchTable "
              "loads it; a file of that name is replaced) (default: print only)",
@@ -444,8 +446,7 @@ def crossover(
 
 
 @app.command()
-def audit(archive: Annotated[Path, typer.Argument(
-        help="a run archive (.json or .json.gz)")]) -> None:
+def audit(archive: ArchiveArg) -> None:
     """Check an archive against itself; exit 1 on any problem.
 
     Its digests, its structure against its header, every in-pass figure and every summary
@@ -563,7 +564,7 @@ def env_cmd(device: DeviceOpt = "auto") -> None:
 
 @app.command()
 def export(
-    archive: Annotated[Path, typer.Argument(help="a run archive (.json or .json.gz)")],
+    archive: ArchiveArg,
     csv: Annotated[bool, typer.Option(
         "--csv", help="one row per timed sample: pass, case, comparison, arm, route, "
                       "sample, seconds (header row first)")] = False,
