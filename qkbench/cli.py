@@ -71,6 +71,15 @@ def _protocol(spec: str | None, device):
     return load(spec or ("text-decode" if device.type == "cuda" else "smoke"))
 
 
+def _recorded(path: Path):
+    """The protocol an archive recorded, routes, cells and timing applied: what
+    ``--resume`` goes on with when no --protocol is given."""
+    from qkbench.archive import read
+    from qkbench.protocol import rebuild
+
+    return rebuild(read(path)["protocol"])
+
+
 def _fail(e: QkbenchError) -> None:
     err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
@@ -179,9 +188,9 @@ def sweep(
         show_default=False)] = None,
     resume: Annotated[bool, typer.Option(
         "--resume",
-        help="continue the archive at --out, without repeating its finished passes; give "
-             "the same --protocol and the same overrides (--route, --tokens, --passes, ...) "
-             "it was started with")] = False,
+        help="continue the archive at --out, without repeating its finished passes, with "
+             "the protocol, routes, cells and timing it recorded (an option given must "
+             "agree with the record)")] = False,
     allow_code_change: Annotated[bool, typer.Option(
         "--allow-code-change",
         help="let --resume continue with other code than the run started with (another git "
@@ -194,14 +203,17 @@ def sweep(
     path = None
     try:
         dev = _device(device)
-        proto = _protocol(protocol, dev).with_overrides(
+        # A resume's archive is --out itself, and holds the protocol it goes on with.
+        path = archive_path(out_path, "", resume=True) if resume else None
+        base = _recorded(path) if resume and protocol is None else _protocol(protocol, dev)
+        proto = base.with_overrides(
             routes=route, tokens=tokens, geometries=geometry, passes=passes, warmup=warmup,
             samples=samples, inner_reps=inner_reps, schedule=schedule, isolation=isolation,
             drop_threshold=threshold, cache=cache, launch_state=launch_state,
             pass_timeout=pass_timeout)
         from qkbench import report, runner
 
-        path = archive_path(out_path, proto.name, resume)
+        path = path or archive_path(out_path, proto.name, resume=False)
         if dev.type == "cpu":
             heavier = proto.timed_elements() / _protocol("smoke", dev).timed_elements()
             if heavier > CPU_HEAVY:
@@ -229,9 +241,8 @@ def sweep(
     except QkbenchError as e:
         _fail(e)
     except KeyboardInterrupt:
-        where = (f"{path}; continue with: qkbench sweep --resume --out {path} and the same "
-                 "--protocol and overrides" if path is not None else
-                 "no archive was written yet")
+        where = (f"{path}; continue with: qkbench sweep --resume --out {path}"
+                 if path is not None else "no archive was written yet")
         err.print(f"[red]interrupted:[/red] finished passes are in {where}",
                   highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
@@ -330,8 +341,7 @@ def _stopped_note(run: dict, archive: Path) -> str | None:
         return None
     reason = (stopped(rebuild(run["protocol"]), run)
               if run.get("schema_version") == SCHEMA_VERSION else None)
-    how = (f"; qkbench sweep --resume --out {archive} (with the --protocol and overrides it "
-           "was started with) continues it" if resumable(run) else "")
+    how = f"; qkbench sweep --resume --out {archive} continues it" if resumable(run) else ""
     return (f"note: no qkbench is writing {archive}: "
             f"{reason or 'its run stopped before it was complete'}{how}")
 

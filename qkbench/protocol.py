@@ -435,9 +435,10 @@ def rebuild(recorded: dict) -> Protocol:
     counts, geometries and timing applied (``recorded`` is the archive's ``protocol`` object)."""
     resolved = recorded["resolved"]
     where = f"the archive's copy of {recorded.get('path') or 'its protocol'}"
-    return parse(recorded["text"], where).with_overrides(
+    proto = parse(recorded["text"], where).with_overrides(
         routes=resolved["routes"], tokens=resolved["tokens"],
         geometries=[g["name"] for g in resolved["geometries"]], **resolved["timing"])
+    return replace(proto, path=recorded.get("path") or "")
 
 
 def launch_state_of(archive: dict) -> str:

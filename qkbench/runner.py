@@ -218,8 +218,8 @@ def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Pa
         differ = "; ".join(f"{key} is {a!r} there, {b!r} here" for key, a, b in
                            _differing(existing["protocol"]["resolved"], wanted))
         raise ArchiveError(f"{out}: cannot resume: its settings differ from these overrides "
-                           f"({differ}); repeat the --protocol and overrides it was started "
-                           "with")
+                           f"({differ}); leave out --protocol and the overrides to go on as "
+                           "it recorded")
     if existing["settings"] != settings:
         raise ArchiveError(f"{out}: cannot resume: recorded settings {existing['settings']} "
                            f"differ from {settings}")

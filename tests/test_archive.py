@@ -292,8 +292,8 @@ def test_resume_refuses_other_settings_naming_each_with_both_values(smoke_sweep)
     before = path.read_bytes()
     with pytest.raises(ArchiveError, match=re.escape(
             "cannot resume: its settings differ from these overrides (timing.passes is 6 "
-            "there, 12 here; timing.samples is 5 there, 3 here); repeat the --protocol and "
-            "overrides it was started with")):
+            "there, 12 here; timing.samples is 5 there, 3 here); leave out --protocol and "
+            "the overrides to go on as it recorded")):
         runner.sweep(load("smoke").with_overrides(passes=12, samples=3), CPU, path, resume=True)
     assert path.read_bytes() == before
 

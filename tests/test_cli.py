@@ -248,10 +248,33 @@ def test_every_option_has_help_and_says_its_default(command, option):
         assert "default" in option.help, f"{command} {option.opts[0]} does not say its default"
 
 
-def test_resume_help_says_what_must_be_repeated():
+def test_resume_help_says_it_goes_on_as_the_archive_recorded():
     result = invoke("sweep", "--help")
     text = " ".join(result.stdout.replace("│", " ").split())
-    assert "give the same --protocol and the same overrides" in text
+    assert "with the protocol, routes, cells and timing it recorded" in text
+
+
+@interpreter_only
+def test_a_resume_needs_only_the_archive_to_go_on_as_it_recorded(tmp_path):
+    from qkbench import archive, runner
+    from qkbench.protocol import load
+
+    path = tmp_path / "run.json"
+
+    def interrupt(index: int, status: str) -> None:
+        raise KeyboardInterrupt
+
+    picked = load(str(FIXTURES / "quick.toml")).with_overrides(tokens=[2], samples=4)
+    with pytest.raises(KeyboardInterrupt):
+        runner.sweep(picked, torch.device("cpu"), path,
+                     events=runner.Events(pass_finished=interrupt))
+    result = invoke("sweep", "--device", "cpu", "--resume", "--out", str(path))
+    assert result.exit_code == 0, result.output
+    run = archive.read(path)
+    assert run["status"] == "complete" and len(run["passes"]) >= 6
+    resolved = run["protocol"]["resolved"]
+    assert (resolved["tokens"], resolved["timing"]["samples"]) == ([2], 4)
+    assert {c["key"] for p in run["passes"] for c in p["cases"]} == {"tiny-2x1/T2"}
 
 
 @pytest.mark.parametrize("name", ["run.json", "run.json.gz", "run.gz", "RUN.JSON"])
@@ -304,7 +327,7 @@ def test_ctrl_c_names_the_real_archive_path_and_how_to_resume(tmp_path, monkeypa
     assert result.exit_code == 130
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(f"interrupted: finished passes are in {path};")
-    assert f"qkbench sweep --resume --out {path} and the same --protocol and overrides" in line
+    assert line.endswith(f"continue with: qkbench sweep --resume --out {path}")
 
 
 def _quick_sweep(*args: str):
