@@ -230,6 +230,9 @@ def _across(baseline: Path, candidate: Path, tol: float, max_inconclusive: int,
     from qkbench.summary import current
 
     a, b = _read(baseline, "--baseline"), _read(candidate, "--candidate")
+    if a["passes"] == b["passes"]:
+        raise GateError(f"--baseline {baseline} and --candidate {candidate} hold the same run's "
+                        "passes: a run compared with itself shows no change by construction")
     differ = rules.mismatches(a, b)
     notes = []
     if differ and not allow_mismatch:

@@ -9,6 +9,7 @@ that disagrees in one pass, an arm order that always disagrees.
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -129,6 +130,15 @@ def test_archives_timed_in_different_launch_states_are_exit_2_naming_them(archiv
     assert_usage_error(across(archive, "base", "launch-state-held"),
                        "the archives cannot be compared: launch state: as-found in --baseline, "
                        "pdl in --candidate")
+
+
+def test_a_run_compared_with_itself_is_exit_2(archive, tmp_path):
+    copy = tmp_path / "copy.json.gz"
+    copy.write_bytes(Path(archive("base")).read_bytes())
+    assert_usage_error(across(archive, "base", "base"), "hold the same run's passes")
+    assert_usage_error(invoke("--baseline", archive("base"), "--candidate", str(copy)),
+                       "hold the same run's passes: a run compared with itself shows no "
+                       "change by construction")
 
 
 def test_allow_mismatch_compares_anyway_and_says_so(archive):
