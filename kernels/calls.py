@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
+from torch.autograd.graph import increment_version
 
 from . import launch
-from .checks import check_apart, check_flag, check_position_range, interpreting
+from .checks import check_apart, check_flag, check_no_grad, check_position_range, interpreting
 from .launch import KernelLaunch
 
 # The call tuple: where each tensor of a call sits, for KernelLaunch.slots.
@@ -34,10 +35,12 @@ class Resolved:
     def run(self, tensors: Sequence, check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Launch on a call's tensors (in ``SLOTS`` order), its outputs made where needed."""
         q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions = tensors
+        check_no_grad(SLOTS, tensors)
         if q is k or q_out is not None or k_out is not None:
             check_apart(SLOTS, tensors, OUTPUTS)
         if check_positions:
             check_position_range(positions, self.max_pos)
+        given = (q, k) if self.inplace else tuple(x for x in (q_out, k_out) if x is not None)
         if self.inplace:
             q_out, k_out = q, k
         else:
@@ -48,7 +51,15 @@ class Resolved:
         tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)
         for kernel_launch in self.launches:
             kernel_launch(tensors)
+        written(given)
         return q_out, k_out
+
+
+def written(tensors: Sequence[torch.Tensor]) -> None:
+    """Count a write of the caller's ``tensors`` in their version counters, as torch's own
+    in-place ops do, so that autograd refuses a backward through a value it saved before."""
+    for x in tensors:
+        increment_version(x)
 
 
 def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
+from numbers import Integral, Real
 
 import torch
 
@@ -90,12 +91,40 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
 
 
+# The largest finite float32: the kernels add eps in float32.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+    if isinstance(eps, bool) or not isinstance(eps, Real):
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not 0.0 <= float(eps) < float("inf"):
-        raise ValueError(f"eps must be finite and >= 0, got {eps}")
-    return float(eps)
+    try:
+        value = float(eps)
+    except OverflowError:
+        value = float("inf")
+    if not 0.0 <= value <= FLOAT32_MAX:
+        raise ValueError(f"eps must be >= 0 and finite in float32 (at most {FLOAT32_MAX:.4g}), "
+                         f"got {eps}")
+    return value
+
+
+def check_int(name: str, value: object) -> int:
+    """An integer argument as an int (a numpy integer too; never a bool)."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def check_no_grad(names: Sequence[str], tensors: Sequence) -> None:
+    """Refuse, while autograd records, a tensor that requires grad: the kernels compute no
+    gradient, so autograd would silently see none (and an in-place write would go under
+    what it saved)."""
+    if torch.is_grad_enabled():
+        for name, x in zip(names, tensors, strict=True):
+            if x is not None and x.requires_grad:
+                raise ValueError(f"{name} requires grad: the kernels are for inference and "
+                                 "compute no gradient; call them under torch.no_grad() or "
+                                 f"torch.inference_mode(), or pass {name}.detach()")
 
 
 def out_rows(name: str, out: object, like: torch.Tensor) -> torch.Tensor:
@@ -202,16 +231,16 @@ def check_apart(names: Sequence[str], tensors: Sequence, outputs: Sequence[tuple
 
 def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
     """The rotary width the kernels can take for ``head_dim=D`` (``None`` means all of it)."""
-    if rotary_dim is None:
-        rotary_dim = D
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int):
-        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
+    given = rotary_dim is not None
+    rotary_dim = check_int("rotary_dim", rotary_dim) if given else D
     if rotary_dim % 2 or not 2 <= rotary_dim <= D:
         raise ValueError(f"rotary_dim ({rotary_dim}) must be even and in [2, head_dim={D}]")
     if rotary_dim & (rotary_dim - 1):
+        what = (f"rotary_dim ({rotary_dim})" if given else
+                f"rotary_dim, left to default to head_dim ({D}),")
         raise ValueError(
-            f"rotary_dim ({rotary_dim}) must be a power of two: the kernels rebuild the norm's "
-            "pairwise reduction from power-of-two pieces of the row"
+            f"{what} must be a power of two: the kernels rebuild the norm's pairwise "
+            "reduction from power-of-two pieces of the row"
         )
     if style == "gptj" and rotary_dim < 4:
         raise ValueError(f"rotary_dim ({rotary_dim}) must be >= 4 for gptj pairs")
@@ -224,8 +253,11 @@ def check_mrope_section(mrope_section: Sequence[int], rotary_dim: int) -> tuple[
     except TypeError:
         raise TypeError(f"mrope_section must be a sequence of 3 ints, got "
                         f"{type(mrope_section).__name__}") from None
-    if len(section) != 3 or not all(isinstance(s, int) and s >= 0 for s in section):
-        raise ValueError(f"mrope_section must be 3 non-negative ints, got {list(section)}")
+    if len(section) != 3 or not all(isinstance(s, Integral) and not isinstance(s, bool)
+                                    and s >= 0 for s in section):
+        raise ValueError(f"mrope_section must be 3 non-negative ints, got "
+                         f"{[s if type(s) in (int, float) else repr(s) for s in section]}")
+    section = tuple(map(int, section))
     if sum(section) != rotary_dim // 2:
         raise ValueError(f"mrope_section {list(section)} sums to {sum(section)}, "
                          f"expected rotary_dim / 2 = {rotary_dim // 2}")

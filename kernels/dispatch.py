@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from .fused import qk_norm_rope
+from .checks import check_tensor
+from .fused import check_pdl, qk_norm_rope
 from .split import qk_norm_rope_split
 
 KIND = "qkbench.dispatch"
@@ -62,7 +63,11 @@ def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = Non
                style: str = "neox", weight_mode: str = "plain",
                mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned"
                ) -> tuple[dict, int]:
-    """A call's shape key (``MATCH_KEYS``) and its token count (every leading dim)."""
+    """A call's shape key (``MATCH_KEYS``) and its token count (every leading dim). An
+    option of a kind no table lists stays as given: it matches no entry, and the route
+    called validates it."""
+    check_tensor("q", q)
+    check_tensor("k", k)
     if q.dim() < 2 or k.dim() < 2:
         raise ValueError(f"q and k must be [..., H, D], got {tuple(q.shape)} and "
                          f"{tuple(k.shape)}")
@@ -70,7 +75,8 @@ def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = Non
     key = {"heads_q": heads_q, "heads_k": k.shape[-2], "head_dim": head_dim,
            "rotary_dim": rotary_dim or head_dim, "dtype": str(q.dtype).removeprefix("torch."),
            "style": style, "weight_mode": weight_mode,
-           "mrope_section": None if mrope_section is None else list(mrope_section),
+           "mrope_section": (list(mrope_section) if isinstance(mrope_section, (list, tuple))
+                             else mrope_section),
            "mrope_layout": mrope_layout}
     tokens = q.numel() // (heads_q * head_dim) if heads_q * head_dim else 0
     return key, tokens
@@ -90,8 +96,12 @@ class DispatchTable:
         if routes != ("split", "fused"):
             raise ValueError(f"a dispatch table must compare split (baseline) with fused "
                              f"(candidate), this one compares {routes[0]} with {routes[1]}")
-        self.entries = [Entry(e["geometry"], dict(e["shape"]), e["fused_through"],
-                              bool(e["censored"])) for e in data["geometries"]]
+        try:
+            self.entries = [Entry(e["geometry"], dict(e["shape"]), e["fused_through"],
+                                  bool(e["censored"])) for e in data["geometries"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a dispatch table: its geometries are malformed "
+                             f"({type(e).__name__}: {e})") from None
 
     @classmethod
     def load(cls, path: str | Path) -> "DispatchTable":
@@ -123,9 +133,13 @@ def qk_norm_rope_auto(
     the last for the fused route only); the two routes are bit-identical, so only the time
     differs.
     """
+    if dispatch is not None and not isinstance(dispatch, DispatchTable):
+        raise TypeError(f"dispatch must be a DispatchTable (DispatchTable.load(path)) or None, "
+                        f"got {type(dispatch).__name__}")
     route = "fused" if dispatch is None else dispatch.route(q, k, **options)
-    if route == "split":
-        # PDL is an option of the fused launch; the split route's three launches take none.
-        options.pop("pdl", None)
+    if route == "split" and "pdl" in options:
+        # PDL is an option of the fused launch; the split route's three launches take none,
+        # but a call is valid or not whichever route its T takes.
+        check_pdl(options.pop("pdl"), q.device)
     op = qk_norm_rope if route == "fused" else qk_norm_rope_split
     return op(q, k, q_weight, k_weight, positions, cos_sin_cache, **options)

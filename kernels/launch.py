@@ -14,10 +14,11 @@ constants) except the tensors' 16-byte alignment, which is checked per call: a l
 whose tensors are not all 16-byte aligned goes through Triton's own dispatch.
 
 The handle is given the tensors' addresses, read once for the alignment check, and the
-current stream: given a tensor, Triton's launcher would call its ``data_ptr`` and ask the
-driver whether the address is a device pointer, for every pointer of every launch, and
-look the device and stream up again. The validation behind the key has already checked
-that every tensor lives on the device the call runs on.
+current stream of their device: given a tensor, Triton's launcher would call its
+``data_ptr`` and ask the driver whether the address is a device pointer, for every pointer
+of every launch, and look the device and stream up again. The validation behind the key has
+already checked that every tensor lives on q's device; a launch runs there, whichever device
+is current (Triton's own dispatch, which uses the current one, runs with q's made current).
 
 Under Triton 3.6 the handle is its C launcher itself (``direct_runner``): Triton's runner
 builds launch metadata on every launch and its launcher calls the (empty) launch hooks
@@ -26,7 +27,7 @@ and under any other Triton version, launches go through Triton's runner.
 """
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import reduce
 from operator import itemgetter, or_
 
@@ -34,8 +35,7 @@ import torch
 import triton
 
 _data_ptr = torch.Tensor.data_ptr
-# A CPU-only build of torch has neither (and no tensor on a CUDA device to launch on).
-_current_device = getattr(torch._C, "_cuda_getDevice", None)
+# A CPU-only build of torch has none (and no tensor on a CUDA device to launch on).
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # Launch through the compiled kernel's handle after the first launch (False: always through
 # Triton's JIT dispatch, e.g. to measure what the handle saves).
@@ -144,8 +144,8 @@ class KernelLaunch:
         self.pick = itemgetter(*self.slots)
         self.tail = tuple(tail)
         self.options = options
-        # Per current CUDA device, once Triton compiled the kernel: the compiled kernel
-        # and its launch (``direct_runner``).
+        # Per CUDA device, once Triton compiled the kernel for it: the compiled kernel and
+        # its launch (``direct_runner``).
         self.compiled: dict[int, object] = {}
         self.runners: dict[int, Runner] = {}
 
@@ -153,20 +153,22 @@ class KernelLaunch:
         ptrs = self.pick(tensors)
         if _recorders:
             _recorders[-1].append((self, ptrs))
-        device = -1
-        if DIRECT and ptrs[0].is_cuda:
+        # The tensors' device (every one is on q's), whatever device is current.
+        device = ptrs[0].get_device()
+        aligned = False
+        if DIRECT and device >= 0:
             addresses = list(map(_data_ptr, ptrs))
-            # torch.cuda.current_device without its lazy-init check: a tensor on a CUDA
-            # device means CUDA is initialised.
-            device = -1 if reduce(or_, addresses) & 15 else _current_device()
-            runner = self.runners.get(device)
+            aligned = not reduce(or_, addresses) & 15
+            runner = self.runners.get(device) if aligned else None
             if runner is not None:
                 runner(_current_stream(device), addresses)
                 return
-        compiled = self.kernel[self.grid](*ptrs, *self.tail, **self.options)
+        # Triton's own dispatch compiles for and launches on the current device.
+        with torch.cuda.device(device) if device >= 0 else nullcontext():
+            compiled = self.kernel[self.grid](*ptrs, *self.tail, **self.options)
         # Triton returns the compiled kernel it launched (None under the interpreter); it
         # was specialised for aligned pointers only when every pointer was aligned.
-        if device >= 0 and hasattr(compiled, "function"):
+        if aligned and hasattr(compiled, "function"):
             self.compiled[device] = compiled
             self.runners[device] = direct_runner(compiled, self.grid3, self.tail)
 
@@ -184,7 +186,7 @@ class KernelLaunch:
         if how == "jit":
             kernel, args = self.kernel[self.grid], (*ptrs, *self.tail)
             return lambda: kernel(*args, **self.options)
-        device = _current_device()
+        device = ptrs[0].get_device()
         addresses, stream = [p.data_ptr() for p in ptrs], _current_stream(device)
         if how == "launcher":
             runner = self.runners[device]

@@ -11,6 +11,7 @@ from .checks import (
     check_choice,
     check_eps,
     check_launchable,
+    check_no_grad,
     check_weight,
     out_rows,
 )
@@ -93,8 +94,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
                                     plan))
 
     launches = calls.resolve("rms_norm", (x, weight, out), (eps, weight_mode), build)
+    check_no_grad(("x", "weight", "out"), (x, weight, out))
+    given = out is not None
     if out is None:
         out = torch.empty_like(x)
     for kernel_launch in launches:
         kernel_launch((x, out, weight))
+    if given:
+        calls.written((out,))
     return out

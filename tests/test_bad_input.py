@@ -66,7 +66,20 @@ BAD = [
      r"mrope_layout must be one of"),
     ("style", lambda i: {"style": "llama"}, ValueError, r"style must be one of"),
     ("weight-mode", lambda i: {"weight_mode": "gemma"}, ValueError, r"weight_mode must be one of"),
-    ("eps-negative", lambda i: {"eps": -1.0}, ValueError, r"eps must be finite and >= 0"),
+    ("eps-negative", lambda i: {"eps": -1.0}, ValueError,
+     r"eps must be >= 0 and finite in float32"),
+    ("eps-past-float32", lambda i: {"eps": 1e300}, ValueError,
+     r"eps must be >= 0 and finite in float32 \(at most 3.403e\+38\), got 1e\+300"),
+    ("eps-past-float64", lambda i: {"eps": 10**400}, ValueError,
+     r"eps must be >= 0 and finite in float32"),
+    ("head-dim-not-pow2", lambda i: {"q": i.q[..., :48], "k": i.k[..., :48], "rotary_dim": None},
+     ValueError,
+     r"rotary_dim, left to default to head_dim \(48\), must be a power of two"),
+    ("q-requires-grad", lambda i: {"q": i.q.clone().requires_grad_()}, ValueError,
+     r"q requires grad: the kernels are for inference and compute no gradient; call them "
+     r"under torch.no_grad\(\)"),
+    ("weight-requires-grad", lambda i: {"k_weight": i.k_weight.clone().requires_grad_()},
+     ValueError, r"k_weight requires grad"),
     ("out-with-inplace", lambda i: {"q_out": torch.empty_like(i.q)}, ValueError,
      r"q_out must be None when inplace=True"),
     ("out-shape", lambda i: {"inplace": False, "k_out": torch.empty_like(i.q)}, ValueError,
@@ -145,6 +158,59 @@ def test_tensors_on_the_cpu_without_the_interpreter_are_refused(monkeypatch, inp
         pytest.skip("the inputs are on a GPU")
     with pytest.raises(ValueError, match=r"q is on cpu: the Triton kernels run on a CUDA"):
         inputs.call(qk_norm_rope)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_a_tensor_that_requires_grad_is_taken_where_autograd_does_not_record(inputs, route):
+    q = inputs.q.clone().requires_grad_()
+    with torch.no_grad():
+        got = inputs.call(route, q=q, inplace=False)
+    expected = inputs.call(route, q=q.detach(), inplace=False)
+    assert torch.equal(got[0].view(torch.int16), expected[0].view(torch.int16))
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_an_in_place_write_under_what_autograd_saved_is_refused_at_backward(inputs, route):
+    # w * q saves q for w's gradient; the op then overwrites q, as torch's own in-place ops
+    # would, and must count it so that backward refuses rather than use the new values.
+    w = torch.ones_like(inputs.q, requires_grad=True)
+    q = inputs.q.clone()
+    saved = (w * q).sum()
+    version = q._version
+    with torch.no_grad():
+        inputs.call(route, q=q)
+    assert q._version > version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_a_given_output_counts_its_write_and_a_new_one_is_fresh(inputs, route):
+    out = torch.empty_like(inputs.k)
+    q_out, k_out = inputs.call(route, inplace=False, k_out=out)
+    assert k_out is out and out._version == 1 and q_out._version == 0
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_numpy_scalars_are_taken_as_the_numbers_they_hold(inputs, route):
+    np = pytest.importorskip("numpy")
+    expected = inputs.call(route, inplace=False, rotary_dim=64, eps=1e-5)
+    got = inputs.call(route, inplace=False, rotary_dim=np.int64(64), eps=np.float64(1e-5))
+    assert all(torch.equal(g.view(torch.int16), e.view(torch.int16))
+               for g, e in zip(got, expected, strict=True))
+    mrope = _mrope(inputs)
+    sectioned = inputs.call(route, inplace=False, **mrope)
+    from_array = inputs.call(route, inplace=False, **{**mrope, "mrope_section": np.array(
+        mrope["mrope_section"])})
+    assert torch.equal(from_array[0].view(torch.int16), sectioned[0].view(torch.int16))
+
+
+def test_rms_norm_refuses_grad_and_counts_a_write_into_out(inputs):
+    with pytest.raises(ValueError, match=r"x requires grad"):
+        rms_norm(inputs.q.clone().requires_grad_(), inputs.q_weight)
+    out = torch.empty_like(inputs.q)
+    rms_norm(inputs.q, inputs.q_weight, out=out)
+    assert out._version == 1
 
 
 def test_a_pdl_flag_that_is_not_a_bool_is_named(inputs):

@@ -9,9 +9,11 @@ import torch
 from typer.testing import CliRunner
 
 from qkbench import crossover
-from qkbench.case import Case, make_inputs
+from qkbench.case import Case, Geometry, make_inputs
 from qkbench.cli import app
 from qkbench.errors import QkbenchError
+from qkbench.kernels import qk_norm_rope_auto
+from qkbench.kernels.dispatch import DispatchTable
 from qkbench.protocol import parse
 
 from conftest import interpreter_only
@@ -277,6 +279,47 @@ def test_auto_without_a_table_is_fused_and_a_shape_the_table_lacks_is_split(tabl
                            1, "cpu")
     unlisted.call(qk_norm_rope_auto, dispatch=DispatchTable(table), inplace=False)
     assert taken == ["fused", "split"]
+
+
+@pytest.fixture
+def split_everywhere() -> DispatchTable:
+    """A table that sends every call of the ``g`` geometry below to the split route."""
+    return DispatchTable({"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
+                          "candidate": "fused", "geometries": [
+                              {"geometry": "g", "fused_through": None, "censored": False,
+                               "shape": {"heads_q": 4, "heads_k": 2, "head_dim": 64}}]})
+
+
+def small_inputs(device):
+    return make_inputs(Case(Geometry("g", 4, 2, 64), 3, max_position=16), 0, device)
+
+
+@pytest.mark.parametrize(("options", "error", "pattern"), [
+    ({"pdl": "yes"}, TypeError, r"pdl must be a bool, got str"),
+    ({"mrope_section": 5}, TypeError, r"mrope_section must be a sequence of 3 ints, got int"),
+    ({"q": None}, TypeError, r"q must be a torch.Tensor, got NoneType"),
+], ids=["pdl", "mrope-section", "q"])
+def test_auto_names_bad_input_whichever_route_the_table_picks(split_everywhere, device,
+                                                              options, error, pattern):
+    inputs = small_inputs(device)
+    arguments = inputs.arguments(**options)
+    with pytest.raises(error, match=pattern):
+        qk_norm_rope_auto(**arguments, dispatch=split_everywhere)
+
+
+def test_auto_refuses_a_dispatch_that_is_not_a_table(device):
+    arguments = small_inputs(device).arguments()
+    with pytest.raises(TypeError, match=r"dispatch must be a DispatchTable "
+                                        r"\(DispatchTable.load\(path\)\) or None, got str"):
+        qk_norm_rope_auto(**arguments, dispatch="dispatch.json")
+
+
+def test_a_table_whose_geometries_are_malformed_is_refused_in_words():
+    data = {"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
+            "candidate": "fused", "geometries": [{"geometry": "g"}]}
+    with pytest.raises(ValueError, match=r"not a dispatch table: its geometries are malformed "
+                                         r"\(KeyError: 'shape'\)"):
+        DispatchTable(data)
 
 
 def test_a_table_of_another_comparison_or_kind_is_refused():

@@ -60,3 +60,18 @@ def test_a_launch_hook_sees_every_launch_of_a_cached_call():
     finally:
         hooks.remove(seen.append)
     assert [m.get()["name"] for m in seen] == ["rms_norm_kernel", "rms_norm_kernel", "rope_kernel"]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+@pytest.mark.parametrize("op", [qk_norm_rope, qk_norm_rope_split])
+def test_a_call_runs_on_its_tensors_device_whichever_device_is_current(op):
+    first, second = torch.device("cuda", 0), torch.device("cuda", 1)
+    expected = out_of_place(op, make_inputs(Case(GEOMETRY, 64), 0, first))
+    inputs = make_inputs(Case(GEOMETRY, 64), 0, second)
+    with torch.cuda.device(first):
+        got = [out_of_place(op, inputs) for _ in range(2)]  # Triton's dispatch, the handle
+    torch.cuda.synchronize(second)
+    for outputs in got:
+        assert all(o.device == second for o in outputs)
+        for e, g in zip(expected, outputs, strict=True):
+            assert torch.equal(e.cpu().view(torch.int16), g.cpu().view(torch.int16))
