@@ -40,26 +40,28 @@ class Resolved:
             check_apart(SLOTS, tensors, OUTPUTS)
         if check_positions:
             check_position_range(positions, self.max_pos)
-        given = (q, k) if self.inplace else tuple(x for x in (q_out, k_out) if x is not None)
         if self.inplace:
-            q_out, k_out = q, k
+            q_out, k_out = given = q, k
         else:
+            given = (q_out, k_out)
             if q_out is None:
                 q_out = torch.empty_like(q)
+                given = (k_out,)
             if k_out is None:
                 k_out = torch.empty_like(k)
+                given = given[:-1]
         tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)
         for kernel_launch in self.launches:
             kernel_launch(tensors)
-        written(given)
+        if given:
+            written(given)
         return q_out, k_out
 
 
-def written(tensors: Sequence[torch.Tensor]) -> None:
+def written(tensors: tuple[torch.Tensor, ...]) -> None:
     """Count a write of the caller's ``tensors`` in their version counters, as torch's own
     in-place ops do, so that autograd refuses a backward through a value it saved before."""
-    for x in tensors:
-        increment_version(x)
+    increment_version(tensors)
 
 
 def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:
