@@ -140,24 +140,25 @@ def test_a_picked_sweep_passes_its_audit(picked_sweep):
     assert audited.exit_code == 0 and audited.stdout.startswith("audit ok:"), audited.output
 
 
-@interpreter_only
-def test_a_resume_with_other_cells_is_refused_naming_the_tokens(picked_sweep):
+def refused_resume(picked_sweep, tokens: str, geometry: str) -> str:
+    """The stderr of a resume of the picked sweep asking for other cells (exit 1)."""
     args, out, _ = picked_sweep
-    result = invoke("sweep", *args, "--tokens", "4", "--geometry", "b", "--resume",
+    result = invoke("sweep", *args, "--tokens", tokens, "--geometry", geometry, "--resume",
                     "--out", str(out))
     assert result.exit_code == 1
+    return result.stderr
+
+
+@interpreter_only
+def test_a_resume_with_other_cells_is_refused_naming_the_tokens(picked_sweep):
     assert "cannot resume: its settings differ from these overrides (tokens is [2] there, " \
-           "[4] here)" in result.stderr
+           "[4] here)" in refused_resume(picked_sweep, "4", "b")
 
 
 @interpreter_only
 def test_a_resume_with_other_geometries_is_refused_naming_them_not_their_tables(picked_sweep):
-    args, out, _ = picked_sweep
-    result = invoke("sweep", *args, "--tokens", "2", "--geometry", "a", "--resume",
-                    "--out", str(out))
-    assert result.exit_code == 1
-    assert "geometries (names) is ['b'] there, ['a'] here" in result.stderr
-    assert "{" not in result.stderr
+    said = refused_resume(picked_sweep, "2", "a")
+    assert "geometries (names) is ['b'] there, ['a'] here" in said and "{" not in said
 
 
 @interpreter_only
