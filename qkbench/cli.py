@@ -369,6 +369,9 @@ def report_cmd(
 
         if format not in ("rich", "markdown", "json"):
             raise QkbenchError(f"--format must be rich, markdown or json, got {format!r}")
+        if plot is not None and plot.exists() and not plot.is_dir():
+            raise QkbenchError(f"--plot {plot}: is a file; the plots go into a folder (made "
+                               "where missing)")
         run = read_checked(archive)
         note = _stopped_note(run, archive)
         if note:

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from qkbench.audit import code_lines
 from qkbench.neighbours import SMALL_TOKENS, baseline_beside
-from qkbench.protocol import launch_state_of, selection
+from qkbench.protocol import Timing, launch_state_of, selection
 from qkbench.summary import current
 from qkbench.verify import status_word
 
@@ -60,7 +60,9 @@ def header(archive: dict) -> dict:
             "device": settings["device"], "gpu": (env.get("gpu") or {}).get("name"),
             "commit": code.get("commit"), "dirty": code.get("dirty"),
             "qkbench": env.get("qkbench"), "torch": env.get("torch"),
-            "triton": env.get("triton"), "settings": settings}
+            "triton": env.get("triton"), "settings": settings,
+            "cache": protocol["resolved"]["timing"].get("cache", Timing.cache),
+            "launch_state": launch_state_of(archive)}
 
 
 def header_lines(archive: dict) -> list[str]:
