@@ -18,7 +18,8 @@ current stream of their device: given a tensor, Triton's launcher would call its
 ``data_ptr`` and ask the driver whether the address is a device pointer, for every pointer
 of every launch, and look the device and stream up again. The validation behind the key has
 already checked that every tensor lives on q's device; a launch runs there, whichever device
-is current (Triton's own dispatch, which uses the current one, runs with q's made current).
+is current (with q's made current around it where another is: Triton's dispatch and its
+launcher both launch in the current device's context).
 
 Under Triton 3.6 the handle is its C launcher itself (``direct_runner``): Triton's runner
 builds launch metadata on every launch and its launcher calls the (empty) launch hooks
@@ -35,7 +36,8 @@ import torch
 import triton
 
 _data_ptr = torch.Tensor.data_ptr
-# A CPU-only build of torch has none (and no tensor on a CUDA device to launch on).
+# A CPU-only build of torch has neither (and no tensor on a CUDA device to launch on).
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # Launch through the compiled kernel's handle after the first launch (False: always through
 # Triton's JIT dispatch, e.g. to measure what the handle saves).
@@ -161,7 +163,15 @@ class KernelLaunch:
             aligned = not reduce(or_, addresses) & 15
             runner = self.runners.get(device) if aligned else None
             if runner is not None:
-                runner(_current_stream(device), addresses)
+                # The launcher launches in the current device's context (and torch's default
+                # stream is the current context's): the tensors' device is made current.
+                # torch.cuda.current_device without its lazy-init check: a tensor on a CUDA
+                # device means CUDA is initialised.
+                if device == _current_device():
+                    runner(_current_stream(device), addresses)
+                else:
+                    with torch.cuda.device(device):
+                        runner(_current_stream(device), addresses)
                 return
         # Triton's own dispatch compiles for and launches on the current device.
         with torch.cuda.device(device) if device >= 0 else nullcontext():

@@ -162,16 +162,24 @@ class Protocol:
         proto = replace(self, timing=replace(self.timing, **changes))
         if routes:
             proto = replace(proto, routes=tuple(routes))
+        whole = proto
         if tokens:
-            proto = replace(proto, tokens=_int_list("overrides", "tokens", list(tokens)))
+            picked = _int_list("overrides", "tokens", list(tokens))
+            # In the protocol's order, so that its own token counts in any order are no pick.
+            proto = replace(proto, tokens=tuple(sorted(picked, key=lambda t: (
+                t not in whole.tokens, whole.tokens.index(t) if t in whole.tokens else t))))
         if geometries:
             proto = _selecting(proto, geometries)
-        if tokens or geometries:  # a band that holds none of the picked cells goes
-            proto = replace(proto, bands=tuple(
-                b for b in proto.bands
-                if any(b.holds(c.geometry.name, c.tokens) for c in proto.cases())))
+        if proto is not whole:  # a band the pick left without a cell goes
+            kept = [b for old, b in zip(whole.bands, proto.bands, strict=True)
+                    if _holds_any(b, proto) or not _holds_any(old, whole)]
+            proto = replace(proto, bands=tuple(kept))
         _check_semantics(proto, "overrides")
         return proto
+
+
+def _holds_any(band: Band, p: Protocol) -> bool:
+    return any(band.holds(c.geometry.name, c.tokens) for c in p.cases())
 
 
 def _selecting(p: Protocol, names: list[str]) -> Protocol:

@@ -76,6 +76,26 @@ def test_a_band_that_holds_none_of_the_picked_token_counts_goes():
     assert [b.name for b in bands] == ["only a", "both"]
 
 
+EMPTY_BAND = TWO + """
+[[band]]
+name = "none of its cells"
+tokens_min = 4096
+"""
+
+
+def test_a_band_that_held_no_cell_before_any_pick_stays_and_its_record_rebuilds():
+    whole = parse(EMPTY_BAND)
+    assert rebuild(recorded(whole)).resolved() == whole.resolved()
+    picked = whole.with_overrides(geometries=["b"])
+    assert "none of its cells" in [b.name for b in picked.bands]
+
+
+def test_the_protocols_own_token_counts_in_another_order_are_no_pick():
+    again = parse(TWO).with_overrides(tokens=[4, 1])
+    assert again.tokens == (1, 4) and selection(recorded(again)) is None
+    assert parse(TWO).with_overrides(tokens=[8, 4, 2]).tokens == (4, 2, 8)
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ({"geometries": ["c"]}, "overrides: no geometry 'c' in protocol 'two' \\(it has a, b\\)"),
     ({"geometries": ["a", "a"]}, "overrides: geometries repeat: \\['a'\\]"),
