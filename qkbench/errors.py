@@ -1,4 +1,9 @@
-"""The errors qkbench reports to a user: the CLI turns each into one line and exit 1."""
+"""The errors qkbench reports to a user: the CLI turns each into one line and exit 1
+(``qkbench gate``: exit ``USAGE``)."""
+
+# Exit codes of ``qkbench gate``: here, so that the command can name them before it imports
+# its rules (which import the kernels, and must not before the device is known).
+PASS, FAIL, USAGE, INCONCLUSIVE = 0, 1, 2, 3
 
 
 class QkbenchError(Exception):

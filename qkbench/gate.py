@@ -35,11 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from qkbench.errors import GateError
+from qkbench.errors import FAIL, INCONCLUSIVE, PASS, GateError
 from qkbench.protocol import launch_state_of
-
-# Exit codes of ``qkbench gate``.
-PASS, FAIL, USAGE, INCONCLUSIVE = 0, 1, 2, 3
 
 # The verdict of a cell that a route does not support: no one's fault.
 NOT_SUPPORTED = "n/s"

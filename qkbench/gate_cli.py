@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qkbench.errors import GateError, QkbenchError
+from qkbench.errors import USAGE, GateError, QkbenchError
 from qkbench.options import cells, timing
 
 HELP = """The CI perf-regression gate: fail on a real regression, not on noise.
@@ -119,8 +119,7 @@ def gate(
     tokens: CELLS.tokens = None,
     geometry: CELLS.geometry = None,
 ) -> None:
-    from qkbench import gate as rules
-    from qkbench.cli import err, out
+    from qkbench.cli import _device, err, out
 
     sweep_options = {"--route": route, "--protocol": protocol, "--out": out_dir,
                      "--passes": passes, "--warmup": warmup, "--samples": samples,
@@ -130,6 +129,11 @@ def gate(
                      "--tokens": tokens,
                      "--geometry": geometry, "--device": None if device == "auto" else device}
     try:
+        # The device before the rules, which import the kernels: on the CPU they must be
+        # imported under the interpreter, which the device sets.
+        dev = _device(device) if against is not None else None
+        from qkbench import gate as rules
+
         tol = rules.parse_tolerance(tolerance)
         if max_inconclusive < 0:
             raise GateError(f"--max-inconclusive must be >= 0, got {max_inconclusive}")
@@ -157,7 +161,7 @@ def gate(
             if path is not None:
                 _check_writable(path)
         if forms[0] == "--against":
-            outcome, measure = _against(against, repo, route or ["fused"], protocol, device,
+            outcome, measure = _against(against, repo, route or ["fused"], protocol, dev,
                                         out_dir, tol, max_inconclusive, dict(
                                             passes=passes, warmup=warmup, samples=samples,
                                             inner_reps=inner_reps, schedule=schedule,
@@ -173,7 +177,7 @@ def gate(
         _write_reports(outcome, measure, junit, markdown)
     except QkbenchError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-        raise typer.Exit(rules.USAGE) from None
+        raise typer.Exit(USAGE) from None
     except KeyboardInterrupt:
         err.print("[red]interrupted:[/red] no verdict; the passes that finished are in the "
                   "archive named above, if any (the ref's export is removed)",
@@ -255,18 +259,17 @@ def _across(baseline: Path, candidate: Path, tol: float, max_inconclusive: int,
     return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), measure
 
 
-def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, device: str,
+def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
              out_dir: Path | None, tol: float, max_inconclusive: int, timing: dict):
     from qkbench import against, refs
     from qkbench import gate as rules
-    from qkbench.cli import _device, _protocol, _sweep_events, err
+    from qkbench.cli import _protocol, _sweep_events, err
     from qkbench.report import failures
 
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise GateError(f"--out {out_dir}: is a file; --against writes one archive per route "
                         "into a folder")
     routes = list(dict.fromkeys(routes))
-    dev = _device(device)
     proto = _protocol(protocol, dev).with_overrides(**timing)
     with refs.exported(ref, repo, routes) as export:
         differs = against.installed_differs(repo)

@@ -1,6 +1,9 @@
 """What the tests share: kernel-output comparisons, archive edits, the scripts as modules."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -75,3 +78,13 @@ def script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def from_a_shell_without_the_interpreter_set(*args: str) -> subprocess.CompletedProcess:
+    """The CLI run as a user runs it: a fresh process, TRITON_INTERPRET unset. Triton reads
+    it as it compiles a kernel's decorator, so the CLI must not import the kernels before
+    --device is known; run in process they would otherwise be built for a GPU driver that
+    is not there."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", "from qkbench.cli import app; app()", *args],
+                          env=env, capture_output=True, text=True, timeout=600)

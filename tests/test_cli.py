@@ -5,7 +5,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import qkbench
 from qkbench.cli import app, archive_path
 
 from conftest import interpreter_only
+from helpers import from_a_shell_without_the_interpreter_set
 
 VALID = """
 name = "tiny"
@@ -378,13 +378,7 @@ def test_piped_sweep_prints_one_line_per_finished_pass(smoke_sweep, smoke_archiv
 
 @interpreter_only
 def test_a_cpu_run_from_a_shell_without_the_interpreter_set_runs_the_kernels_in_it():
-    # Triton reads TRITON_INTERPRET as it compiles a kernel's decorator, so the CLI must not
-    # import the kernels before --device is known; run in process, as verify is, they
-    # would otherwise be built for a GPU driver that is not there.
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", "from qkbench.cli import app; app()",
-                           "verify", *QUICK], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = from_a_shell_without_the_interpreter_set("verify", *QUICK)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("verify ok")
 
