@@ -129,12 +129,6 @@ def gate(
                      "--tokens": tokens,
                      "--geometry": geometry, "--device": None if device == "auto" else device}
     try:
-        # The device before the rules, which import the kernels: on the CPU they must be
-        # imported under the interpreter, which the device sets.
-        dev = _device(device) if against is not None else None
-        from qkbench import gate as rules
-
-        tol = rules.parse_tolerance(tolerance)
         if max_inconclusive < 0:
             raise GateError(f"--max-inconclusive must be >= 0, got {max_inconclusive}")
         forms = [name for name, given in (("--against", against is not None),
@@ -160,6 +154,12 @@ def gate(
         for path in (junit, markdown):
             if path is not None:
                 _check_writable(path)
+        # The device before the rules, which import the kernels: on the CPU they must be
+        # imported under the interpreter, which the device sets.
+        dev = _device(device) if forms[0] == "--against" else None
+        from qkbench import gate as rules
+
+        tol = rules.parse_tolerance(tolerance)
         if forms[0] == "--against":
             outcome, measure = _against(against, repo, route or ["fused"], protocol, dev,
                                         out_dir, tol, max_inconclusive, dict(
