@@ -59,6 +59,17 @@ class Entry:
         return self.censored or tokens <= self.fused_through
 
 
+def _listed(value: object) -> object:
+    """A sequence (a numpy array too) as a list, so that it compares with a table's; any
+    other value as given."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return list(value)
+    except TypeError:
+        return value
+
+
 def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = None,
                style: str = "neox", weight_mode: str = "plain",
                mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned"
@@ -75,8 +86,7 @@ def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = Non
     key = {"heads_q": heads_q, "heads_k": k.shape[-2], "head_dim": head_dim,
            "rotary_dim": rotary_dim or head_dim, "dtype": str(q.dtype).removeprefix("torch."),
            "style": style, "weight_mode": weight_mode,
-           "mrope_section": (list(mrope_section) if isinstance(mrope_section, (list, tuple))
-                             else mrope_section),
+           "mrope_section": _listed(mrope_section),
            "mrope_layout": mrope_layout}
     tokens = q.numel() // (heads_q * head_dim) if heads_q * head_dim else 0
     return key, tokens

@@ -307,6 +307,18 @@ def test_auto_names_bad_input_whichever_route_the_table_picks(split_everywhere, 
         qk_norm_rope_auto(**arguments, dispatch=split_everywhere)
 
 
+def test_a_numpy_mrope_section_is_matched_as_its_numbers(device):
+    np = pytest.importorskip("numpy")
+    table = DispatchTable({"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
+                           "candidate": "fused", "geometries": [
+                               {"geometry": "m", "fused_through": 8, "censored": False,
+                                "shape": {"heads_q": 4, "heads_k": 2, "head_dim": 64,
+                                          "mrope_section": [8, 12, 12]}}]})
+    q, k = torch.empty(3, 4, 64), torch.empty(3, 2, 64)
+    assert table.route(q, k, mrope_section=np.array([8, 12, 12])) == "fused"
+    assert table.route(q, k, mrope_section=np.array([12, 12, 8])) == "split"
+
+
 def test_auto_refuses_a_dispatch_that_is_not_a_table(device):
     arguments = small_inputs(device).arguments()
     with pytest.raises(TypeError, match=r"dispatch must be a DispatchTable "
