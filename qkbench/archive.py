@@ -176,6 +176,14 @@ def create(path: Path, archive: dict) -> None:
     write(path, archive)
 
 
+def check_resumable_schema(run: dict, path: Path) -> None:
+    """Refuse to resume an archive of another schema than this qkbench writes."""
+    version = run.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ArchiveError(f"{path}: cannot resume: it is a schema {version} archive; resume "
+                           "it with the qkbench version that started it")
+
+
 def read(path: Path) -> dict:
     """Read and check an archive's kind and schema version (plain or gzip-compressed JSON,
     whatever its name says)."""

@@ -71,13 +71,15 @@ def _protocol(spec: str | None, device):
     return load(spec or ("text-decode" if device.type == "cuda" else "smoke"))
 
 
-def _recorded(path: Path):
-    """The protocol an archive recorded, routes, cells and timing applied: what
-    ``--resume`` goes on with when no --protocol is given."""
-    from qkbench.archive import read
-    from qkbench.protocol import rebuild
+def _resumed(path: Path) -> dict:
+    """The archive ``--resume`` goes on with: its device and, where no --protocol is given,
+    its protocol, routes, cells and timing are the resume's (read without the kernels,
+    which must not be imported before the device is known)."""
+    from qkbench.archive import check_resumable_schema, read
 
-    return rebuild(read(path)["protocol"])
+    run = read(path)
+    check_resumable_schema(run, path)
+    return run
 
 
 def _fail(e: QkbenchError) -> None:
@@ -202,10 +204,17 @@ def sweep(
     The first --route is the baseline (and the null arm), the others candidates."""
     path = None
     try:
-        dev = _device(device)
-        # A resume's archive is --out itself, and holds the protocol it goes on with.
-        path = archive_path(out_path, "", resume=True) if resume else None
-        base = _recorded(path) if resume and protocol is None else _protocol(protocol, dev)
+        resumed = None
+        if resume:  # its archive is --out itself
+            path = archive_path(out_path, "", resume=True)
+            resumed = _resumed(path)
+        dev = _device(resumed["settings"]["device"] if resumed and device == "auto" else device)
+        if resumed and protocol is None:
+            from qkbench.protocol import rebuild
+
+            base = rebuild(resumed["protocol"])
+        else:
+            base = _protocol(protocol, dev)
         proto = base.with_overrides(
             routes=route, tokens=tokens, geometries=geometry, passes=passes, warmup=warmup,
             samples=samples, inner_reps=inner_reps, schedule=schedule, isolation=isolation,

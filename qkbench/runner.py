@@ -207,10 +207,7 @@ def remove_dead_pass_dirs(root: Path | None = None) -> list[Path]:
 
 
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
-    version = existing.get("schema_version")
-    if version != archives.SCHEMA_VERSION:
-        raise ArchiveError(f"{out}: cannot resume: it is a schema {version} archive; resume it "
-                           "with the qkbench version that started it")
+    archives.check_resumable_schema(existing, out)
     if existing["protocol"]["sha256"] != protocol.sha256:
         raise ArchiveError(f"{out}: cannot resume: it was run with another protocol text")
     wanted = as_recorded(archives.as_stored(protocol.resolved()), existing["protocol"]["resolved"])

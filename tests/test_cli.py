@@ -264,6 +264,16 @@ def test_resume_help_says_it_goes_on_as_the_archive_recorded():
     assert "with the protocol, routes, cells and timing it recorded" in text
 
 
+def test_a_resume_of_an_older_schema_archive_is_refused_naming_its_schema(tmp_path):
+    older = Path(__file__).parent.parent / "results" / "h100" / "2026-12-02-dit.json"
+    copy = tmp_path / "older.json"
+    copy.write_bytes(older.read_bytes())
+    assert_one_error_line(invoke("sweep", "--resume", "--out", str(copy)),
+                          f"{copy}: cannot resume: it is a schema 1 archive; resume it with "
+                          "the qkbench version that started it")
+    assert copy.read_bytes() == older.read_bytes()
+
+
 @interpreter_only
 def test_a_resume_needs_only_the_archive_to_go_on_as_it_recorded(tmp_path):
     from qkbench import archive, runner
