@@ -191,8 +191,8 @@ def sweep(
     resume: Annotated[bool, typer.Option(
         "--resume",
         help="continue the archive at --out, without repeating its finished passes, with "
-             "the protocol, routes, cells and timing it recorded (an option given must "
-             "agree with the record)")] = False,
+             "the device, protocol, routes, cells and timing it recorded (an option given "
+             "must agree with the record)")] = False,
     allow_code_change: Annotated[bool, typer.Option(
         "--allow-code-change",
         help="let --resume continue with other code than the run started with (another git "

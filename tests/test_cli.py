@@ -261,7 +261,7 @@ def test_every_option_has_help_and_says_its_default(command, option):
 def test_resume_help_says_it_goes_on_as_the_archive_recorded():
     result = invoke("sweep", "--help")
     text = " ".join(result.stdout.replace("│", " ").split())
-    assert "with the protocol, routes, cells and timing it recorded" in text
+    assert "with the device, protocol, routes, cells and timing it recorded" in text
 
 
 def test_a_resume_of_an_older_schema_archive_is_refused_naming_its_schema(tmp_path):
