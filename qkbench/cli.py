@@ -15,7 +15,7 @@ from rich.table import Table
 from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
-from qkbench.options import cells, timing
+from qkbench.options import cells, refuse_given, timing
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"show_default": True},
@@ -300,15 +300,11 @@ def calibrate(
         from qkbench.audit import read_checked
 
         if aa is not None:
-            given = [name for name, value in (
-                ("--protocol", protocol), ("--route", route), ("--planted", planted),
-                ("--device", None if device == "auto" else device), ("--passes", passes),
-                ("--samples", samples), ("--tokens", tokens), ("--geometry", geometry),
-                ("--out", out_path)) if value is not None]
-            if given:
-                raise QkbenchError(f"{', '.join(given)} {'go' if len(given) > 1 else 'goes'} "
-                                   "only with a run, not with --aa and --planted-run (which "
-                                   "report from archives)")
+            refuse_given({"--protocol": protocol, "--route": route, "--planted": planted,
+                          "--device": None if device == "auto" else device,
+                          "--passes": passes, "--samples": samples, "--tokens": tokens,
+                          "--geometry": geometry, "--out": out_path},
+                         "a run, not with --aa and --planted-run (which report from archives)")
             runs = {"aa": read_checked(aa), "planted": read_checked(planted_run)}
             calibration.check_pair(runs["aa"], runs["planted"])
         else:

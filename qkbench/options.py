@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from qkbench.errors import QkbenchError
+
 
 def timing(suffix: str) -> SimpleNamespace:
     """The sweep's timing overrides, each help ending in ``suffix`` (what the default is)."""
@@ -44,3 +46,12 @@ def cells(suffix: str) -> SimpleNamespace:
             "--geometry", help="repeat: the only geometries to run, by the protocol's names "
                                f"for them {suffix}", show_default=False)],
     )
+
+
+def refuse_given(options: dict[str, object], only_with: str) -> None:
+    """Refuse those of ``options`` (its name -> its value, None where not given) that were
+    given, naming them: they go only with ``only_with``."""
+    given = [name for name, value in options.items() if value is not None]
+    if given:
+        raise QkbenchError(f"{', '.join(given)} {'go' if len(given) > 1 else 'goes'} only "
+                           f"with {only_with}")

@@ -9,7 +9,6 @@ that disagrees in one pass, an arm order that always disagrees.
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -21,7 +20,7 @@ from qkbench.errors import GateError
 from qkbench.protocol import parse
 
 from conftest import interpreter_only
-from helpers import assert_usage_error
+from helpers import assert_usage_error, reseal
 from synthetic import BASE_SECONDS, synthetic_sweep, tiny_protocol
 
 BAND = '[[band]]\nname = "decode"\ntokens_max = 1'
@@ -133,10 +132,13 @@ def test_archives_timed_in_different_launch_states_are_exit_2_naming_them(archiv
 
 
 def test_a_run_compared_with_itself_is_exit_2(archive, tmp_path):
-    copy = tmp_path / "copy.json.gz"
-    copy.write_bytes(Path(archive("base")).read_bytes())
     assert_usage_error(across(archive, "base", "base"), "hold the same run's passes")
-    assert_usage_error(invoke("--baseline", archive("base"), "--candidate", str(copy)),
+    # A copy taken while the run was going: its first passes only, its summary then.
+    run = archives.read(archive("base"))
+    run["passes"], run["status"] = run["passes"][:2], "running"
+    early = tmp_path / "early.json.gz"
+    archives.write(early, reseal(run))
+    assert_usage_error(invoke("--baseline", str(early), "--candidate", archive("base")),
                        "hold the same run's passes: a run compared with itself shows no "
                        "change by construction")
 
