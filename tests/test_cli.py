@@ -163,15 +163,6 @@ def test_report_json_prints_the_archived_summary_beside_the_runs_header(smoke_sw
     assert (header["cache"], header["launch_state"]) == ("hot", "as-found")
 
 
-def test_report_plot_into_a_file_fails_in_one_line(smoke_sweep, tmp_path):
-    path, _ = smoke_sweep
-    afile = tmp_path / "afile"
-    afile.write_text("kept")
-    result = invoke("report", str(path), "--plot", str(afile))
-    assert_one_error_line(result, f"--plot {afile}: is a file; the plots go into a folder")
-    assert afile.read_text() == "kept" and result.stdout == ""
-
-
 def test_report_rich_shows_the_cpu_caveat(smoke_sweep):
     path, _ = smoke_sweep
     result = invoke("report", str(path))

@@ -134,8 +134,9 @@ def test_plot_into_a_file_fails_in_one_line(tmp_path):
     blocker.write_text("")
     result = CliRunner().invoke(app, ["report", str(H200 / "2026-12-03-dit.json"),
                                       "--plot", str(blocker)])
-    assert result.exit_code == 1
-    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {blocker}: cannot write")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"error: --plot {blocker}: is a file; the plots go into a folder (made where missing)"]
 
 
 def test_report_cli_is_compact_by_default_and_wide_on_request(smoke_sweep):
