@@ -15,7 +15,7 @@ from rich.table import Table
 from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
-from qkbench.options import cells, refuse_given, timing
+from qkbench.options import cells, overridden, refuse_given, timing
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"show_default": True},
@@ -215,8 +215,8 @@ def sweep(
             base = rebuild(resumed["protocol"])
         else:
             base = _protocol(protocol, dev)
-        proto = base.with_overrides(
-            routes=route, tokens=tokens, geometries=geometry, passes=passes, warmup=warmup,
+        proto = overridden(
+            base, routes=route, tokens=tokens, geometries=geometry, passes=passes, warmup=warmup,
             samples=samples, inner_reps=inner_reps, schedule=schedule, isolation=isolation,
             drop_threshold=threshold, cache=cache, launch_state=launch_state,
             pass_timeout=pass_timeout)
@@ -308,8 +308,8 @@ def calibrate(
             runs = {"aa": read_checked(aa), "planted": read_checked(planted_run)}
             calibration.check_pair(runs["aa"], runs["planted"])
         else:
-            proto = _protocol(protocol, dev).with_overrides(
-                tokens=tokens, geometries=geometry, passes=passes, samples=samples)
+            proto = overridden(_protocol(protocol, dev), tokens=tokens, geometries=geometry,
+                               passes=passes, samples=samples)
             every = tuple(planted or calibration.default_planted(proto.timing.inner_reps))
             if any(n < 1 for n in every):
                 raise QkbenchError(f"--planted must be >= 1, got {list(every)}")
@@ -508,7 +508,7 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
     failed = unsupported = 0
     try:
         dev = _device(device)
-        proto = _protocol(protocol, dev).with_overrides(tokens=tokens, geometries=geometry)
+        proto = overridden(_protocol(protocol, dev), tokens=tokens, geometries=geometry)
         from qkbench.case import make_inputs
         from qkbench.protocol import selection
         from qkbench.routes import resolve

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from qkbench.errors import USAGE, GateError, QkbenchError
-from qkbench.options import cells, refuse_given, timing
+from qkbench.options import cells, overridden, refuse_given, timing
 
 HELP = """The CI perf-regression gate: fail on a real regression, not on noise.
 
@@ -269,7 +269,7 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
         raise GateError(f"--out {out_dir}: is a file; --against writes one archive per route "
                         "into a folder")
     routes = list(dict.fromkeys(routes))
-    proto = _protocol(protocol, dev).with_overrides(**timing)
+    proto = overridden(_protocol(protocol, dev), **timing)
     with refs.exported(ref, repo, routes) as export:
         differs = against.installed_differs(repo)
         if differs:

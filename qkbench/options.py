@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from qkbench.errors import QkbenchError
+from qkbench.errors import ProtocolError, QkbenchError
+
+# The command-line option that sets each setting an override error can name.
+OPTIONS = {"'routes'": "--route", "'tokens'": "--tokens", "'geometries'": "--geometry",
+           "'timing.drop_threshold'": "--threshold",
+           **{f"'timing.{name}'": "--" + name.replace("_", "-")
+              for name in ("passes", "warmup", "samples", "inner_reps", "schedule",
+                           "isolation", "cache", "launch_state", "pass_timeout")}}
 
 
 def timing(suffix: str) -> SimpleNamespace:
@@ -55,3 +62,15 @@ def refuse_given(options: dict[str, object], only_with: str) -> None:
     if given:
         raise QkbenchError(f"{', '.join(given)} {'go' if len(given) > 1 else 'goes'} only "
                            f"with {only_with}")
+
+
+def overridden(protocol, **overrides):
+    """``protocol.with_overrides(**overrides)`` (the command line's), an error naming the
+    option that set what it names (``--threshold`` for ``timing.drop_threshold``)."""
+    try:
+        return protocol.with_overrides(**overrides)
+    except ProtocolError as e:
+        text = str(e).removeprefix("overrides: ")
+        for key, option in OPTIONS.items():
+            text = text.replace(key, option)
+        raise ProtocolError(text) from None

@@ -187,11 +187,11 @@ def _selecting(p: Protocol, names: list[str]) -> Protocol:
     known = [g.name for g in p.geometries]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ProtocolError(f"overrides: no geometry {unknown[0]!r} in protocol {p.name!r} "
-                            f"(it has {', '.join(known)})")
+        raise ProtocolError(f"overrides: 'geometries' names no geometry {unknown[0]!r} of "
+                            f"protocol {p.name!r} (it has {', '.join(known)})")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ProtocolError(f"overrides: geometries repeat: {repeated}")
+        raise ProtocolError(f"overrides: 'geometries' repeat {repeated}")
     bands = tuple(b if b.geometries is None else
                   replace(b, geometries=tuple(g for g in b.geometries if g in names))
                   for b in p.bands)

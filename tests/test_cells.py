@@ -97,8 +97,9 @@ def test_the_protocols_own_token_counts_in_another_order_are_no_pick():
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ({"geometries": ["c"]}, "overrides: no geometry 'c' in protocol 'two' \\(it has a, b\\)"),
-    ({"geometries": ["a", "a"]}, "overrides: geometries repeat: \\['a'\\]"),
+    ({"geometries": ["c"]}, "overrides: 'geometries' names no geometry 'c' of protocol 'two' "
+                            "\\(it has a, b\\)"),
+    ({"geometries": ["a", "a"]}, "overrides: 'geometries' repeat \\['a'\\]"),
     ({"tokens": [0]}, "overrides: 'tokens' must be a non-empty array of integers >= 1"),
     ({"tokens": [4, 4]}, "overrides: 'tokens' repeat \\[4\\]"),
     ({"tokens": [2**40]}, "overrides: 'tokens' 1099511627776 on geometry 'a'"),
@@ -220,5 +221,5 @@ def test_an_unknown_geometry_fails_in_one_line_before_anything_runs(tmp_path):
                     "--geometry", "c", "--out", str(tmp_path / "run.json"))
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
-        "error: overrides: no geometry 'c' in protocol 'two' (it has a, b)"]
+        "error: --geometry names no geometry 'c' of protocol 'two' (it has a, b)"]
     assert not (tmp_path / "run.json").exists()

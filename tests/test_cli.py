@@ -61,6 +61,23 @@ def test_sweep_on_cuda_without_a_cuda_device_fails_in_one_line(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("args", "line"), [
+    (("--threshold", "-1"), "--threshold must be in (0, 1), got -1.0"),
+    (("--passes", "8"), "--passes must be a multiple of 6 (every arm order equally often), "
+                        "got 8"),
+    (("--launch-state", "fast"), "--launch-state must be one of ['as-found', 'pdl'], got "
+                                 "'fast'"),
+    (("--tokens", "0"), "--tokens must be a non-empty array of integers >= 1"),
+    (("--route", "split"), "--route needs a baseline and at least one candidate, got "
+                           "['split']"),
+], ids=["threshold", "passes", "launch-state", "tokens", "one-route"])
+def test_a_bad_override_is_named_by_its_option(tmp_path, args, line):
+    out = tmp_path / "run.json"
+    result = invoke("sweep", *QUICK, *args, "--out", str(out))
+    assert result.stderr.strip().splitlines()[-1] == f"error: {line}"
+    assert result.exit_code == 1 and not out.exists()
+
+
 def test_unknown_device_fails_in_one_line():
     assert_one_error_line(invoke("verify", "--device", "tpu"), "--device must be auto, cuda or cpu")
 
