@@ -41,27 +41,21 @@ class Resolved:
         if check_positions:
             check_position_range(positions, self.max_pos)
         if self.inplace:
-            q_out, k_out = given = q, k
-        else:
-            given = (q_out, k_out)
-            if q_out is None:
-                q_out = torch.empty_like(q)
-                given = (k_out,)
-            if k_out is None:
-                k_out = torch.empty_like(k)
-                given = given[:-1]
+            q_out, k_out = q, k
+        # A write into the caller's tensors is counted in their version counters, as torch's
+        # own in-place ops count theirs: autograd then refuses a backward through a value
+        # it saved before.
+        callers = [x for x in (q_out, k_out) if x is not None]
+        if callers:
+            increment_version(callers)
+        if q_out is None:
+            q_out = torch.empty_like(q)
+        if k_out is None:
+            k_out = torch.empty_like(k)
         tensors = (q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions)
         for kernel_launch in self.launches:
             kernel_launch(tensors)
-        if given:
-            written(given)
         return q_out, k_out
-
-
-def written(tensors: tuple[torch.Tensor, ...]) -> None:
-    """Count a write of the caller's ``tensors`` in their version counters, as torch's own
-    in-place ops do, so that autograd refuses a backward through a value it saved before."""
-    increment_version(tensors)
 
 
 def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:

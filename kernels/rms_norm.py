@@ -3,6 +3,7 @@
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.graph import increment_version
 
 from . import calls, plan
 from .checks import (
@@ -95,11 +96,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
 
     launches = calls.resolve("rms_norm", (x, weight, out), (eps, weight_mode), build)
     check_no_grad(("x", "weight", "out"), (x, weight, out))
-    given = out is not None
     if out is None:
         out = torch.empty_like(x)
+    else:
+        increment_version(out)  # a write into the caller's tensor, counted as torch counts
     for kernel_launch in launches:
         kernel_launch((x, out, weight))
-    if given:
-        calls.written((out,))
     return out
