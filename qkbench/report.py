@@ -137,16 +137,19 @@ def tables(archive: dict) -> list[Table]:
                       f"its coverage of the median delta; width = worst kept |null|)",
                       ["geometry", "T", "kept", f"{comp['baseline']} us",
                        f"{comp['candidate']} us", "delta", cover, "width", "verdict",
-                       "copy us", "floor us", "cand. share of copy BW"],
-                      compact=[0, 1, 3, 4, 5, 6, 8], keys=2, wrap={6, 8, 11})
+                       "copy us", "floor us", *(f"{comp[role]} share of copy BW"
+                                                for role in ("baseline", "candidate"))],
+                      compact=[0, 1, 3, 4, 5, 6, 8], keys=2, wrap={6, 8, 11, 12})
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
-            bw = c.get("bandwidth", {}).get("candidate", {})
+            # Each route's rate on its own bytes (the split route moves more than fused).
+            bw = c.get("bandwidth", {})
             cases.rows.append([c["geometry"], str(c["tokens"]), f"{e['kept']}/{e['total']}",
                                _num(t.get("baseline")), _num(t.get("candidate")),
                                _pct(e["estimate"]), _interval(e), _pct(e["width"], False),
                                _verdict(e), _num(t.get("copy")), _num(t.get("floor")),
-                               _pct(bw.get("share_of_copy"), False)])
+                               *(_pct(bw.get(role, {}).get("share_of_copy"), False)
+                                 for role in ("baseline", "candidate"))])
         out.append(cases)
         if comp["bands"]:
             bands = Table(f"{name}: bands", ["band", "cells", "median", "best", "worst",

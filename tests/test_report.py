@@ -63,8 +63,32 @@ def test_the_compact_table_fits_100_columns_with_its_seven_columns(h200):
 
 
 def test_wide_shows_every_column_and_compact_does_not(h200):
-    assert "cand. share of" not in render(h200, 200, wide=False)
-    assert "cand. share of copy BW" in render(h200, 200, wide=True)
+    assert "share of" not in render(h200, 200, wide=False)
+    wide = render(h200, 300, wide=True)
+    assert "split share of copy BW" in wide and "fused share of copy BW" in wide
+
+
+def test_wide_shows_each_route_on_its_own_bytes(h200):
+    """The baseline's share is its rate on its own byte model (the split route's three
+    launches move more bytes than the fused one), not the candidate's bytes over its time."""
+    (cells, *_) = report.tables(h200)
+    comp = current(h200)["comparisons"][0]
+    split = cells.headers.index("split share of copy BW")
+    fused = cells.headers.index("fused share of copy BW")
+    measured = 0
+    for row, case in zip(cells.rows, comp["cases"], strict=True):
+        if "bandwidth" not in case:  # an unstable cell has no times
+            assert row[split] == row[fused] == "-"
+            continue
+        measured += 1
+        bw = case["bandwidth"]
+        assert row[split] == report._pct(bw["baseline"]["share_of_copy"], False)
+        assert row[fused] == report._pct(bw["candidate"]["share_of_copy"], False)
+        # Its own bytes: split's rate per its time is above what fused's bytes would give.
+        assert (bw["baseline"]["share_of_copy"]
+                > bw["candidate"]["share_of_copy"] * case["time_us"]["candidate"]
+                / case["time_us"]["baseline"])
+    assert measured
 
 
 def test_markdown_keeps_every_column(h200):
@@ -144,8 +168,8 @@ def test_report_cli_is_compact_by_default_and_wide_on_request(smoke_sweep):
     compact = CliRunner().invoke(app, ["report", str(path)])
     wide = CliRunner().invoke(app, ["report", str(path), "--wide"])
     assert compact.exit_code == wide.exit_code == 0
-    assert "cand. share of copy BW" not in compact.stdout
-    assert "cand. share of copy BW" in wide.stdout
+    assert "fused share of copy BW" not in compact.stdout
+    assert "fused share of copy BW" in wide.stdout
     assert "tiny-4x2" in compact.stdout and "tiny-4x2" in wide.stdout
 
 
