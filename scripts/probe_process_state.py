@@ -221,7 +221,7 @@ def oracle_part(device: torch.device, quick: bool, part: str) -> Callable[[], No
         q64 = q.double()
         return lambda: q64.mul_(1.0)
     source = q.double() if part == "reduce64" else q
-    out = torch.empty(q.shape[:-1] + (1,), dtype=source.dtype, device=device)
+    out = torch.empty((*q.shape[:-1], 1), dtype=source.dtype, device=device)
     return lambda: torch.mean(source, -1, keepdim=True, out=out)
 
 
