@@ -120,9 +120,8 @@ def check_no_grad(names: Sequence[str], tensors: Sequence) -> None:
     gradient, so autograd would silently see none (and an in-place write would go under
     what it saved)."""
     if torch.is_grad_enabled():
-        for x in tensors:  # a plain loop: this runs on every call
+        for name, x in zip(names, tensors, strict=True):  # a plain loop: runs every call
             if x is not None and x.requires_grad:
-                name = names[next(i for i, t in enumerate(tensors) if t is x)]
                 raise ValueError(f"{name} requires grad: the kernels are for inference and "
                                  "compute no gradient; call them under torch.no_grad() or "
                                  f"torch.inference_mode(), or pass {name}.detach()")

@@ -167,6 +167,8 @@ class KernelLaunch:
                 # stream is the current context's): the tensors' device is made current.
                 # torch.cuda.current_device without its lazy-init check: a tensor on a CUDA
                 # device means CUDA is initialised.
+                # No context manager where it is current already (most calls): it would
+                # cost every call.
                 if device == _current_device():
                     runner(_current_stream(device), addresses)
                 else:

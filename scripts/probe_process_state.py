@@ -207,16 +207,21 @@ def torch_elementwise(device: torch.device) -> Callable[[], None]:
     return lambda: x.mul_(1.0)
 
 
+# The kinds of kernel the FP64 oracle launches, each a step of its own (``oracle_part``).
+ORACLE_PARTS = {"fp64": "a float64 multiply over a cell's q",
+                "reduce32": "a float32 mean over a cell's q rows",
+                "reduce64": "a float64 mean over a cell's q rows",
+                "gather": "a cell's table rows gathered by position"}
+
+
 def oracle_part(device: torch.device, quick: bool, part: str) -> Callable[[], None]:
-    """One kind of kernel the FP64 oracle launches, on a cell's q (buffers made first):
-    a float64 multiply (``fp64``), a mean over the channels in float32 or float64
-    (``reduce32``, ``reduce64``), or the table rows gathered by position (``gather``)."""
+    """The launch of ``ORACLE_PARTS[part]`` on a cell's inputs, its buffers made first."""
     x = cell_inputs(device, quick)
-    q = x.q.float()
     if part == "gather":
         out = torch.empty((x.positions.numel(), x.cos_sin_cache.shape[-1]),
                           dtype=x.cos_sin_cache.dtype, device=device)
         return lambda: torch.index_select(x.cos_sin_cache, 0, x.positions.reshape(-1), out=out)
+    q = x.q.float()
     if part == "fp64":
         q64 = q.double()
         return lambda: q64.mul_(1.0)
@@ -431,14 +436,9 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
                             eager(empty_launch(device, pdl=True)), False),
         "inputs": lambda: ("a cell's inputs made (allocations, fills, copies)",
                            make_inputs, False),
-        "oracle-fp64": lambda: ("a float64 multiply over a cell's q, once outside a graph",
-                                eager(oracle_part(device, quick, "fp64")), False),
-        "oracle-reduce32": lambda: ("a float32 mean over a cell's q rows, once outside a graph",
-                                    eager(oracle_part(device, quick, "reduce32")), False),
-        "oracle-reduce64": lambda: ("a float64 mean over a cell's q rows, once outside a graph",
-                                    eager(oracle_part(device, quick, "reduce64")), False),
-        "oracle-gather": lambda: ("a cell's table rows gathered by position, once outside a "
-                                  "graph", eager(oracle_part(device, quick, "gather")), False),
+        **{f"oracle-{part}": (lambda part=part, what=what: (
+            f"{what}, once outside a graph", eager(oracle_part(device, quick, part)), False))
+           for part, what in ORACLE_PARTS.items()},
         "oracle": lambda: ("a cell's FP64 oracle (torch ops)",
                            oracle(cell_inputs(device, quick)), False),
         "h2d": lambda: ("a 1 MiB copy from pageable host memory to the device",
