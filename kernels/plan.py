@@ -41,6 +41,14 @@ class Settings:
     # +0.8 %, and 2048 in 2 warps -1.3 to +1.1 %.
     norm_elems_per_program: int = 2048
     norm_elems_per_warp: int = 512
+    # The split route's rope programs, the same way. On the H200 (results/h200/
+    # 2026-12-05-held/rope-programs, the split route timed whole, null arm within -0.3 /
+    # +1.1 %) 1024 elements in 2 warps ran 0.8-3.2 % faster than 3.9's 4096 in 4 at all nine
+    # cells (DiT, the four prefill geometries at T = 8192 and 32768); 2048 in 4 warps ran up
+    # to 4.1 % faster at D = 128 but 2.0 % slower at (24,4) x 256 T = 32768, 2048 in 2 within
+    # +0.2 / -3.1 %, 1024 in 4 the slowest.
+    rope_elems_per_program: int = 1024
+    rope_elems_per_warp: int = 512
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
     # keep the whole chip busy instead of leaving it idle behind a few large tiles.
     min_programs_per_sm: float = 4
@@ -262,15 +270,17 @@ def min_programs(device: torch.device) -> int:
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,
               device: torch.device, elems_per_program: int | None = None,
-              k_token_ratio: int = 0) -> tuple[TilePlan, TilePlan]:
+              k_token_ratio: int = 0,
+              elems_per_warp: int | None = None) -> tuple[TilePlan, TilePlan]:
     """Plans for the q and the k rows of one launch, sharing the chip by their row counts;
     with ``k_token_ratio``, k tiles of at most that many times a q tile's tokens."""
     total = min_programs(device)
     share_q = -(-total * heads_q // (heads_q + heads_k))
-    plan_q = plan_tiles(tokens, heads_q, width, element_size, share_q, elems_per_program)
+    plan_q = plan_tiles(tokens, heads_q, width, element_size, share_q, elems_per_program,
+                        elems_per_warp)
     k_elems = elems_per_program
     if k_token_ratio:
         k_elems = min(elems_per_program or SETTINGS.elems_per_program,
                       plan_q.block_t * k_token_ratio * next_pow2(heads_k) * width)
     return plan_q, plan_tiles(tokens, heads_k, width, element_size, max(1, total - share_q),
-                              k_elems)
+                              k_elems, elems_per_warp)

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import calls
+from . import calls, plan
 from .checks import RopeCall, check_rope
 from .launch import KernelLaunch, nonempty
 from .plan import TilePlan, next_pow2, plan_pair, qk_grid
@@ -88,8 +88,10 @@ def rope_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_di
                inplace: bool, device: torch.device,
                element_size: int = 2) -> tuple[TilePlan, TilePlan]:
     """The q and k tile plans of a rope launch."""
+    s = plan.SETTINGS  # plan_tiles takes 0 as "the fused kernel's", as it does None
     return plan_pair(tokens, heads_q, heads_k, rope_width(head_dim, rotary_dim, inplace),
-                     element_size, device)
+                     element_size, device, s.rope_elems_per_program,
+                     elems_per_warp=s.rope_elems_per_warp)
 
 
 def rope_launch(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor,

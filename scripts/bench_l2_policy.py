@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps|tiles-3.8|norm]
+        [--arms k-tiles|copies|copy-warps|pdl|prefetch|programs|program-warps|tiles-3.8|norm|rope]
         [--geometries d128|goals]
         [--cold] [--route fused|split]
 
@@ -109,6 +109,14 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "norm-3.8": {"norm_elems_per_program": 4096, "norm_elems_per_warp": 1024},
         "norm-w8": {"norm_elems_per_program": 4096, "norm_elems_per_warp": 512},
         "norm-2048-w2": {"norm_elems_per_warp": 1024},
+    },
+    # The split route's rope programs (``--route split``; the default holds 1024 elements in
+    # 2 warps): version 3.9's 4096 in 4 warps, 2048 in 2 and in 4.
+    "rope": {
+        "default": {}, "default-again": {},
+        "rope-3.9": {"rope_elems_per_program": 4096, "rope_elems_per_warp": 1024},
+        "rope-2048-w2": {"rope_elems_per_program": 2048, "rope_elems_per_warp": 1024},
+        "rope-2048-w4": {"rope_elems_per_program": 2048, "rope_elems_per_warp": 512},
     },
 }
 # Arm keys that are options of the call (``qk_norm_rope(..., pdl=True)``), not plan settings.
@@ -229,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold", action="store_true",
                         help="each arm cycles over buffer sets sweeping twice the L2")
     parser.add_argument("--route", choices=("fused", "split"), default="fused",
-                        help="the route the arms' settings plan (split: its rms_norm)")
+                        help="the route the arms' settings plan (split: its rms_norm and rope)")
     add_device_options(parser)
     args = parser.parse_args(argv)
     device = device_of(args)

@@ -81,7 +81,8 @@ SETTINGS = [{}, {}, {},
             {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
             {"elems_per_program": 512, "partial_elems_per_program": 512, "elems_per_warp": 64,
              "min_bytes_per_thread": 0, "norm_elems_per_program": 128,
-             "norm_elems_per_warp": 64}]
+             "norm_elems_per_warp": 64, "rope_elems_per_program": 128,
+             "rope_elems_per_warp": 64}]
 # Fill values of the memory beside q and k (which no route may write) and the table's rows.
 HEAD_PAD, TOKEN_GAP, TABLE_PAD = 7.0, 5.0, 9.0
 

@@ -5,6 +5,7 @@ import torch
 
 from qkbench.kernels import plan
 from qkbench.kernels.fused import fused_plans, fused_tiles
+from qkbench.kernels.rope import rope_plans
 
 H200 = torch.device("cuda", 0)
 
@@ -35,6 +36,19 @@ def test_partial_rotary_programs_follow_their_own_setting():
         assert tiles(fused_plans(4096, 16, 2, 256, 64, H200)) == ((1, 8, 2), (4, 2, 2))
     with plan.use(elems_per_program=2048):  # the setting of full rotary does not reach it
         assert tiles(fused_plans(4096, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
+
+
+def test_the_split_routes_rope_takes_two_warp_programs_of_1024_elements_at_large_t():
+    assert tiles(rope_plans(8192, 32, 8, 128, 128, True, H200)) == ((1, 8, 2), (1, 8, 2))
+    # In place with rotary 64 of 256 it holds the rotary channels only: 16 rows a program.
+    assert tiles(rope_plans(8192, 16, 2, 256, 64, True, H200)) == ((1, 16, 2), (8, 2, 2))
+
+
+def test_rope_programs_follow_their_own_setting_and_leave_the_fused_kernels():
+    fused = tiles(fused_plans(8192, 32, 8, 128, 128, H200))
+    with plan.use(rope_elems_per_program=4096, rope_elems_per_warp=1024):
+        assert tiles(rope_plans(8192, 32, 8, 128, 128, True, H200)) == ((1, 32, 4), (4, 8, 4))
+        assert tiles(fused_plans(8192, 32, 8, 128, 128, H200)) == fused
 
 
 def test_partial_rotary_with_pdl_keeps_the_two_warp_programs_within_a_wave():

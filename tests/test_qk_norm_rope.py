@@ -121,9 +121,10 @@ def test_fused_route_is_bit_identical_to_split_route(c, seed, device):
 # row per program, more warps per row, fewer and larger programs.
 TILE_SETTINGS = {
     "tiny-tiles": {"elems_per_program": 256, "partial_elems_per_program": 256,
-                   "min_bytes_per_thread": 0},
-    "many-warps": {"elems_per_program": 2048, "elems_per_warp": 128},
-    "large-tiles": {"elems_per_program": 16384, "partial_elems_per_program": 16384},
+                   "rope_elems_per_program": 256, "min_bytes_per_thread": 0},
+    "many-warps": {"elems_per_program": 2048, "elems_per_warp": 128, "rope_elems_per_warp": 128},
+    "large-tiles": {"elems_per_program": 16384, "partial_elems_per_program": 16384,
+                    "rope_elems_per_program": 16384},
     "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
     "few-programs": {"min_programs_per_sm": 0.25},
     "rebuilt-tree": {"whole_pass_tile": False},
