@@ -83,6 +83,8 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     },
     # Smaller programs in more warps: the rows' copy runs fastest at 1024 elements a
     # program whatever its warps (1, 2 or 4), and 4096 in two or four warps the slowest.
+    # The fused kernel's settings: since 3.10 the split route's launches have their own
+    # (``norm``, ``rope``), so under ``--route split`` these arms run the default's code.
     "program-warps": {
         "default": {}, "default-again": {},
         "e2048-w2": {"elems_per_program": 2048},
