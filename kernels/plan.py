@@ -46,7 +46,9 @@ class Settings:
     # +1.1 %) 1024 elements in 2 warps ran 0.8-3.2 % faster than 3.9's 4096 in 4 at all nine
     # cells (DiT, the four prefill geometries at T = 8192 and 32768); 2048 in 4 warps ran up
     # to 4.1 % faster at D = 128 but 2.0 % slower at (24,4) x 256 T = 32768, 2048 in 2 within
-    # +0.2 / -3.1 %, 1024 in 4 the slowest.
+    # +0.2 / -3.1 %, 1024 in 4 the slowest. Gated against 3.9 on an H100 (results/h100/
+    # 2026-12-05-v310-gate): faster at 18 cells (8 at decode widths), slower by 0.5-0.8 % at
+    # 3 ((32,8) x 128 T = 1024 and 2048, and (16,2) x 128 T = 8192 within that card's L2).
     rope_elems_per_program: int = 1024
     rope_elems_per_warp: int = 512
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
