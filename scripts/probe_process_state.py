@@ -370,6 +370,19 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
     def make_inputs() -> None:
         cell_inputs(device, quick)
 
+    def fill_cached() -> Callable[[], None]:
+        """1 GiB allocated, filled and freed to the allocator's cache before the first step;
+        each step takes it back from the cache (no cudaMalloc, unless a step before emptied
+        the cache), fills it and frees it: a fresh mapping's first fill (``alloc``) without
+        the fresh mapping."""
+        size = (1 << 20) if quick else (1 << 30)
+        torch.empty(size, dtype=torch.uint8, device=device).fill_(0)
+
+        def fill() -> None:
+            torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
+            synchronize()
+        return fill
+
     def fill_in_use() -> Callable[[], None]:
         filled = torch.empty((1 << 20) if quick else (1 << 30), dtype=torch.uint8,
                              device=device)
@@ -429,6 +442,8 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
                         eager(fused_launch(device, quick, 1, 7)), False),
         "fill": lambda: ("a 1 GiB fill_ of memory allocated and touched before the first step",
                  fill_in_use(), False),
+        "fill-cached": lambda: ("1 GiB taken from the allocator's cache, filled, freed to it",
+                                fill_cached(), False),
         "eager-fused-8192": lambda: ("the fused op at T = 8192 launched once outside a graph",
                              eager(fused_launch(device, quick, 3 if quick else 8192, 8)),
                              False),
