@@ -321,6 +321,10 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
 
     empty_cache = torch.cuda.empty_cache if device.type == "cuda" else (lambda: None)
     synchronize = backend.synchronize
+    gib = (1 << 20) if quick else (1 << 30)  # the steps' "1 GiB" (1 MiB under --quick)
+
+    def gib_buffer() -> torch.Tensor:
+        return torch.empty(gib, dtype=torch.uint8, device=device)
 
     def graph_of(make: Callable[[], Callable[[], None]], label: str):
         return lambda: replayed(backend, make(), inner_reps, label)
@@ -360,8 +364,7 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
     kept: list[torch.Tensor] = []
 
     def keep_allocation() -> None:
-        kept.append(torch.empty((1 << 20) if quick else (1 << 30), dtype=torch.uint8,
-                                device=device))
+        kept.append(gib_buffer())
 
     def free_kept() -> None:
         kept.clear()
@@ -375,17 +378,15 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
         each step takes it back from the cache (no cudaMalloc, unless a step before emptied
         the cache), fills it and frees it: a fresh mapping's first fill (``alloc``) without
         the fresh mapping."""
-        size = (1 << 20) if quick else (1 << 30)
-        torch.empty(size, dtype=torch.uint8, device=device).fill_(0)
+        gib_buffer().fill_(0)
 
         def fill() -> None:
-            torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
+            gib_buffer().fill_(1)
             synchronize()
         return fill
 
     def fill_in_use() -> Callable[[], None]:
-        filled = torch.empty((1 << 20) if quick else (1 << 30), dtype=torch.uint8,
-                             device=device)
+        filled = gib_buffer()
         filled.fill_(0)
 
         def fill() -> None:
