@@ -211,16 +211,33 @@ def torch_elementwise(device: torch.device) -> Callable[[], None]:
 ORACLE_PARTS = {"fp64": "a float64 multiply over a cell's q",
                 "reduce32": "a float32 mean over a cell's q rows",
                 "reduce64": "a float64 mean over a cell's q rows",
-                "gather": "a cell's table rows gathered by position"}
+                "gather": "a cell's table rows gathered by position",
+                "cast64": "a cell's q cast to float64 (a new tensor)",
+                "table64": "the whole table cast to float64, as the oracle casts it",
+                "index": "the table indexed by position and lane, as the oracle indexes it",
+                "cat": "two float64 halves of a cell's q concatenated"}
 
 
 def oracle_part(device: torch.device, quick: bool, part: str) -> Callable[[], None]:
     """The launch of ``ORACLE_PARTS[part]`` on a cell's inputs, its buffers made first."""
     x = cell_inputs(device, quick)
+    table = x.cos_sin_cache
     if part == "gather":
-        out = torch.empty((x.positions.numel(), x.cos_sin_cache.shape[-1]),
-                          dtype=x.cos_sin_cache.dtype, device=device)
-        return lambda: torch.index_select(x.cos_sin_cache, 0, x.positions.reshape(-1), out=out)
+        out = torch.empty((x.positions.numel(), table.shape[-1]), dtype=table.dtype,
+                          device=device)
+        return lambda: torch.index_select(table, 0, x.positions.reshape(-1), out=out)
+    if part == "table64":
+        return lambda: table.to(torch.float64)
+    if part == "index":
+        half = table.shape[-1] // 2
+        pos = x.positions.reshape(-1, 1).expand(-1, half).long()
+        lanes = torch.arange(half, device=device)
+        return lambda: table[pos, lanes]
+    if part == "cast64":
+        return lambda: x.q.double()
+    if part == "cat":
+        halves = x.q.double().chunk(2, dim=-1)
+        return lambda: torch.cat(halves, -1)
     q = x.q.float()
     if part == "fp64":
         q64 = q.double()
@@ -373,15 +390,18 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
     def make_inputs() -> None:
         cell_inputs(device, quick)
 
-    def fill_cached() -> Callable[[], None]:
-        """1 GiB allocated, filled and freed to the allocator's cache before the first step;
-        each step takes it back from the cache (no cudaMalloc, unless a step before emptied
-        the cache), fills it and frees it: a fresh mapping's first fill (``alloc``) without
-        the fresh mapping."""
-        gib_buffer().fill_(0)
+    def fill_cached(gibs: int = 1) -> Callable[[], None]:
+        """``gibs`` GiB allocated, filled and freed to the allocator's cache before the first
+        step; each step takes it back from the cache (no cudaMalloc, unless a step before
+        emptied the cache), fills it and frees it: a fresh mapping's first fill (``alloc``)
+        without the fresh mapping."""
+        def buffer() -> torch.Tensor:
+            return torch.empty(gibs * gib, dtype=torch.uint8, device=device)
+
+        buffer().fill_(0)
 
         def fill() -> None:
-            gib_buffer().fill_(1)
+            buffer().fill_(1)
             synchronize()
         return fill
 
@@ -445,6 +465,8 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
                  fill_in_use(), False),
         "fill-cached": lambda: ("1 GiB taken from the allocator's cache, filled, freed to it",
                                 fill_cached(), False),
+        "fill8-cached": lambda: ("8 GiB taken from the allocator's cache, filled, freed to it",
+                                 fill_cached(8), False),
         "eager-fused-8192": lambda: ("the fused op at T = 8192 launched once outside a graph",
                              eager(fused_launch(device, quick, 3 if quick else 8192, 8)),
                              False),

@@ -487,7 +487,8 @@ def test_process_state_probe_runs_its_allocation_and_eager_launch_steps(tmp_path
     asked = ["malloc", "free", "alloc-bare", "sync", "eager-empty", "eager-empty-stream",
              "eager-torch", "eager-fused", "eager-pdl-empty", "pdl-empty", "fill",
              "eager-fused-8192", "inputs", "oracle", "h2d", "d2h", "oracle-fp64",
-             "oracle-reduce32", "oracle-reduce64", "oracle-gather", "fill-cached"]
+             "oracle-reduce32", "oracle-reduce64", "oracle-gather", "fill-cached",
+             "fill8-cached", "oracle-cast64", "oracle-table64", "oracle-index", "oracle-cat"]
     argv = ["--device", "cpu", "--quick", "--steps", ",".join(asked), "--probes", "empty",
             "--out", str(out)]
     assert probe.main(argv) == 0
