@@ -45,7 +45,7 @@ def _fused_tile(
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr, TABLE_L1: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
@@ -60,11 +60,6 @@ def _fused_tile(
 
     # The table rows hang on a dependent load of the positions: issue them first, so that
     # their latency overlaps the row loads and the reduction (it rules at decode widths).
-    if TABLE_L1:
-        # Its rows in flight, the program asks the L1 for its table rows, which ptxas
-        # loads only after the reduction: they then come from the L1, not the L2.
-        prefetch_table(cs_ptr, pos_ptr, token_block, T, max_pos, stride_cs, stride_pos_t,
-                       R2, BT, True, True)
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
                           stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
     i1, i2 = pair_offsets(R2, NEOX)
@@ -121,7 +116,7 @@ def qk_norm_rope_kernel(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr, PREFETCH_PERIOD: tl.constexpr,
-    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr, TABLE_L1: tl.constexpr,
+    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     is_q, tb, hb = qk_tile(pid, q_programs, QC, KC, q_head_blocks, k_head_blocks)
@@ -129,12 +124,12 @@ def qk_norm_rope_kernel(
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ, TABLE_L1)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK, TABLE_L1)
+                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
     if PREFETCH_PERIOD:  # noqa: SIM102 (compile time: no modulo by 0 to compile)
         # The first program of every PREFETCH_TOKENS tokens' tiles, its own tile stored,
         # asks the L2 for the table rows of the tokens ``prefetch_ahead`` such blocks on:
@@ -198,7 +193,6 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
     plan_q, plan_k = plans
     q, k, qo, ko, pos = call.q, call.k, call.q_out, call.k_out, call.positions
     programs, q_chunk, k_chunk = qk_grid(T, plan_q, plan_k)
-    asm = q.is_cuda and torch.version.hip is None
     period, ahead = plan.table_prefetch(
         T, (HQ + HK) * D * q.element_size(),
         call.rotary_dim * call.cos_sin_cache.element_size(), q_chunk, k_chunk,
@@ -215,9 +209,8 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
          D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
          pdl_variant, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
-         # The prefetches are inline PTX: CUDA only, not ROCm nor the interpreter.
-         period, plan.PREFETCH_TOKENS, asm,
-         asm and plan.SETTINGS.table_l1_prefetch and call.axis_map is None),
+         # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
+         period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl_variant else {})},

@@ -99,14 +99,6 @@ class Settings:
     # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
-    # Every fused program, its rows' loads issued, asks the L1 for its own tokens' table
-    # rows (``tiles.prefetch_table``; CUDA, plain positions). ptxas issues the table's loads
-    # after the rows' reduction (results/tuning/2026-12-04-kernel-ir-load-order.txt), so a
-    # program waits on the L2 there; without the table DiT ran 6.2 % faster and (32,8) x 128
-    # at T = 32768 4.7 % (the diagnostic build 9f67c01), and loading it before the
-    # reduction cost registers and ran slower (330a227). The prefetch holds no register
-    # past its issue. Prepared, unmeasured: off.
-    table_l1_prefetch: bool = False
     # A PDL launch of more warps than this a multiprocessor waits for the launch before it
     # first and lets the next start as its programs exit (``pdl_variant`` 2); a smaller one
     # (decode widths) reads its positions, table rows and weights, waits, loads its rows

@@ -175,14 +175,12 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 
 @triton.jit
 def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
-                   R2: tl.constexpr, TOKENS: tl.constexpr, ASM: tl.constexpr,
-                   L1: tl.constexpr = False):
-    """Ask the L2 (the L1 with ``L1``) for the table rows of tokens
-    ``[block * TOKENS, (block + 1) * TOKENS)`` and go on without them: an inline PTX
-    prefetch per 128-byte line (``ASM``; without it only the positions are read, as under
-    the interpreter). A token past ``T`` or a position outside the table asks for row 0.
-    One lane per line, each reading its token's position, so that no layout conversion
-    (shared memory) is needed."""
+                   R2: tl.constexpr, TOKENS: tl.constexpr, ASM: tl.constexpr):
+    """Ask the L2 for the table rows of tokens ``[block * TOKENS, (block + 1) * TOKENS)``
+    and go on without them: an inline PTX prefetch per 128-byte line (``ASM``; without it
+    only the positions are read, as under the interpreter). A token past ``T`` or a
+    position outside the table asks for row 0. One lane per line, each reading its
+    token's position, so that no layout conversion (shared memory) is needed."""
     # Elements of one 128-byte (1024-bit) line; rows are taken to start on a line.
     LINE: tl.constexpr = 1024 // cs_ptr.dtype.element_ty.primitive_bitwidth
     LINES: tl.constexpr = max(1, 2 * R2 // LINE)
@@ -193,8 +191,7 @@ def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
     address = (cs_ptr + tl.where(m & (pos >= 0) & (pos < max_pos), pos, 0) * stride_cs
                + lane % LINES * LINE)
     if ASM:
-        tl.inline_asm_elementwise(("prefetch.global.L1 [$1];" if L1 else
-                                   "prefetch.global.L2 [$1];") + "\n\tmov.u32 $0, 0;", "=r,l",
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
                                   [address], dtype=tl.int32, is_pure=False, pack=1)
 
 

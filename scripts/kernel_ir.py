@@ -118,10 +118,9 @@ def chunks(t: int, plan_q, plan_k) -> dict:
 
 
 def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
-               offset=False, whole=True, pdl=False, mrope=False, prefetch=False,
-               table_l1=False):
+               offset=False, whole=True, pdl=False, mrope=False, prefetch=False):
     """``prefetch``: the table prefetch as ``plan.table_prefetch`` sets it (else compiled
-    out); ``table_l1``: each program's own table rows prefetched into the L1."""
+    out)."""
     # The plan's device queries are answered as on an H200 (above): none reaches a device.
     device = torch.device("cuda", 0)
     (plan_q, plan_k), variant = fused_tiles(t, hq, hk, d, r, device, pdl=pdl)
@@ -141,8 +140,7 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
                 BHK=plan_k.block_h, PREFETCH_PERIOD=period, prefetch_ahead=ahead,
-                PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PREFETCH_ASM=True,
-                TABLE_L1=table_l1 and not mrope)
+                PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PREFETCH_ASM=True)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
     return f"{label}: {tiles}, {warps} warps", qk_norm_rope_kernel, args, warps
@@ -201,10 +199,6 @@ CASES = [
     fused_case("fused (24,4)x256/r64 T=1024 pdl", 1024, 24, 4, 256, 64, offset=True, pdl=True),
     fused_case("fused (32,8)x128 T=8 mrope", 8, 32, 8, 128, 128, mrope=True),
     fused_case("fused DiT 24x24 T=3973", 3973, 24, 24, 128, 128),
-    fused_case("fused DiT 24x24 T=3973 table-l1", 3973, 24, 24, 128, 128, table_l1=True),
-    fused_case("fused (32,8)x128 T=8192 table-l1", 8192, 32, 8, 128, 128, table_l1=True),
-    fused_case("fused (24,4)x256/r64 T=8192 table-l1", 8192, 24, 4, 256, 64, offset=True,
-               table_l1=True),
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
     norm_case("rms_norm DiT 24x128 T=3973", 3973, 24, 128),
     rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
