@@ -340,8 +340,8 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
     synchronize = backend.synchronize
     gib = (1 << 20) if quick else (1 << 30)  # the steps' "1 GiB" (1 MiB under --quick)
 
-    def gib_buffer() -> torch.Tensor:
-        return torch.empty(gib, dtype=torch.uint8, device=device)
+    def gib_buffer(gibs: int = 1) -> torch.Tensor:
+        return torch.empty(gibs * gib, dtype=torch.uint8, device=device)
 
     def graph_of(make: Callable[[], Callable[[], None]], label: str):
         return lambda: replayed(backend, make(), inner_reps, label)
@@ -395,13 +395,10 @@ def steps(backend, device: torch.device, quick: bool, inner_reps: int,
         step; each step takes it back from the cache (no cudaMalloc, unless a step before
         emptied the cache), fills it and frees it: a fresh mapping's first fill (``alloc``)
         without the fresh mapping."""
-        def buffer() -> torch.Tensor:
-            return torch.empty(gibs * gib, dtype=torch.uint8, device=device)
-
-        buffer().fill_(0)
+        gib_buffer(gibs).fill_(0)
 
         def fill() -> None:
-            buffer().fill_(1)
+            gib_buffer(gibs).fill_(1)
             synchronize()
         return fill
 
