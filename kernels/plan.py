@@ -49,6 +49,9 @@ class Settings:
     # +0.2 / -3.1 %, 1024 in 4 the slowest. Gated against 3.9 on an H100 (results/h100/
     # 2026-12-05-v310-gate): faster at 18 cells (8 at decode widths), slower by 0.5-0.8 % at
     # 3 ((32,8) x 128 T = 1024 and 2048, and (16,2) x 128 T = 8192 within that card's L2).
+    # No rule by T: at T = 512-4096 on an H100 (results/h100/2026-12-05-v310-mid-t, null arm
+    # -2.0 / +1.1 %) 3.9's size was 2.8-13.8 % slower at six cells and at most 1.0 % faster,
+    # and no other size led past the null width at more than one cell.
     rope_elems_per_program: int = 1024
     rope_elems_per_warp: int = 512
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
