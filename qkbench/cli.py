@@ -245,6 +245,9 @@ def sweep(
         invalid = report.invalid_line(run, "listed above")
         if invalid:
             problems.append(invalid)
+        no_verdict = report.no_verdict_line(run)
+        if no_verdict:
+            problems.append(no_verdict)
         if problems:
             raise QkbenchError("; ".join(problems))
     except QkbenchError as e:

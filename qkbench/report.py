@@ -10,7 +10,7 @@ from rich.text import Text
 from qkbench.audit import code_lines
 from qkbench.neighbours import SMALL_TOKENS, baseline_beside
 from qkbench.protocol import Timing, launch_state_of, selection
-from qkbench.summary import current
+from qkbench.summary import NOT_SUPPORTED, UNSTABLE, current
 from qkbench.verify import status_word
 
 CPU_NOTE = ("Measured on the CPU: the Triton routes ran in the interpreter, so these figures "
@@ -271,6 +271,22 @@ def invalid_line(archive: dict, where: str) -> str | None:
     more = len(found) - 1
     return found[0] + (f"; and {more} more invalid (route, case) pair{'s' * (more > 1)}, "
                        f"{where}" if more else "")
+
+
+def no_verdict_line(archive: dict) -> str | None:
+    """The sentence for a finished run in which no cell of any comparison got a verdict:
+    every cell unstable (a pass order's null arm disagreed past the drop threshold at every
+    attempt), so nothing it measured can be read; None otherwise."""
+    if archive["status"] != "complete":
+        return None
+    verdicts = [c["effect"]["verdict"] for comp in archive["summary"]["comparisons"]
+                for c in comp["cases"] if c["effect"]["verdict"] != NOT_SUPPORTED]
+    if not verdicts or any(v != UNSTABLE for v in verdicts):
+        return None
+    threshold = archive["protocol"]["resolved"]["timing"]["drop_threshold"]
+    return (f"no cell got a verdict: all {len(verdicts)} are unstable (in each, a pass "
+            f"order's null arm disagreed past the drop threshold {threshold:g} at every "
+            "attempt), so the run measured nothing a verdict can be read from")
 
 
 def failures(archive: dict) -> list[str]:

@@ -104,13 +104,14 @@ def _failed_pass(job: dict, pid: int, returncode: int | None, head: list[str],
 
 
 def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
-    """The pass in this process; an exception in it fails the pass, not the run. (It
-    cannot be timed out: nothing can stop a hung call in this process.)"""
+    """The pass in this process; an exception in it (or a route's ``sys.exit``) fails the
+    pass, not the run. (It cannot be timed out: nothing can stop a hung call in this
+    process.)"""
     from qkbench.worker import run_pass
 
     try:
         return run_pass(job, backend, events.case_done)
-    except Exception:
+    except (Exception, SystemExit):
         lines = traceback.format_exc().rstrip().splitlines()
         return _failed_pass(job, os.getpid(), None, lines[:40], lines[40:][-20:])
 

@@ -27,7 +27,8 @@ def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, 
         except NotSupported as e:
             report[route.name] = {"ok": False, "unsupported": str(e)}
             continue
-        except Exception as e:  # a route that raises is a wrong route, reported as such
+        except (Exception, SystemExit) as e:  # a route that raises (or calls sys.exit) is
+            # a wrong route, reported as such, never the end of the run
             report[route.name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             continue
         errors = {name: oracle_error(out, ref)

@@ -467,7 +467,9 @@ def assert_fails_in_one_line_after_the_archive(result, path, *fragments: str) ->
                                    "12.5 % of elements differ from split (in 1 of 1 passes)"),
     ("invalid_routes:raising", "route invalid_routes:raising raised on tiny-4x2/T1: "
                                "ValueError: no kernel for 1 tokens (in 1 of 1 passes)"),
-], ids=["wrong-output", "raises"])
+    ("invalid_routes:exiting", "route invalid_routes:exiting raised on tiny-4x2/T1: "
+                               "SystemExit: 0 (in 1 of 1 passes)"),
+], ids=["wrong-output", "raises", "exits"])
 def test_sweep_with_an_invalid_route_stops_after_its_first_pass_and_exits_1_saying_why(
         tmp_path, monkeypatch, route, sentence):
     monkeypatch.syspath_prepend(str(FIXTURES))
@@ -488,6 +490,30 @@ def test_sweep_with_an_invalid_route_stops_after_its_first_pass_and_exits_1_sayi
     # Nothing is lost: the pass that found it is archived, the run left to resume.
     assert run["status"] == "running" and [p["status"] for p in run["passes"]] == ["ok"]
     assert all(not c["verification"][route]["ok"] for p in run["passes"] for c in p["cases"])
+
+
+def test_a_run_whose_every_cell_is_unstable_exits_1_saying_no_cell_got_a_verdict(tmp_path):
+    # A drop threshold no null arm can meet: every pass order is dropped at every attempt.
+    out = tmp_path / "run.json"
+    result = _quick_sweep("--threshold", "0.000001", "--out", str(out))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == ("error: no cell got a verdict: all 1 are unstable (in each, a pass order's "
+                    "null arm disagreed past the drop threshold 1e-06 at every attempt), so "
+                    "the run measured nothing a verdict can be read from"), last
+    from qkbench import archive
+
+    assert archive.read(out)["status"] == "complete"  # the archive is kept whole
+
+
+def test_a_run_with_a_cell_that_got_a_verdict_is_not_called_verdictless(smoke_archive):
+    from qkbench import report
+
+    verdicts = {c["effect"]["verdict"] for comp in smoke_archive["summary"]["comparisons"]
+                for c in comp["cases"]}
+    assert verdicts - {"unstable"}, verdicts
+    assert report.no_verdict_line(smoke_archive) is None
 
 
 @interpreter_only
