@@ -31,6 +31,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import islice
 from math import ceil
 from pathlib import Path
 from statistics import median
@@ -237,10 +238,15 @@ def _structure(archive: dict, proto: Protocol, summary: dict | None, found: Find
     for index, n in sorted(Counter(indices).items()):
         if n > 1:
             problems.append(f"passes: index {index} appears {n} times (a duplicated pass)")
-    if indices:
-        missing = sorted(set(range(max(indices) + 1)) - set(indices))
-        if missing:
-            problems.append(f"passes: indices {missing} are missing (a deleted pass)")
+    present = set(indices)
+    if indices and max(indices) >= len(present):
+        # Some index up to the highest is absent; the first ones lie within len(present)
+        # + 1 of 0 (a tampered index of 10**8 must not make a set of that size).
+        top = max(indices)
+        absent = top + 1 - sum(0 <= i <= top for i in present)
+        first = list(islice((i for i in range(top + 1) if i not in present), 10))
+        more = f" and {absent - len(first):,} more" if absent > len(first) else ""
+        problems.append(f"passes: indices {first}{more} are missing (a deleted pass)")
     primaries = {p["index"] for p in passes if p.get("replaces") is None}
     if archive["status"] == "complete":
         absent = [i for i in range(t.passes) if i not in primaries]

@@ -8,6 +8,7 @@ measurement policy; every archive carries the resolved values.
 import hashlib
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import tomllib
 
 from qkbench.case import DTYPES, Case, Geometry
-from qkbench.errors import ProtocolError
+from qkbench.errors import ProtocolError, RouteError
 from qkbench.kernels.checks import (
     STYLES,
     WEIGHT_MODES,
@@ -25,6 +26,7 @@ from qkbench.kernels.checks import (
     check_rotary_dim,
 )
 from qkbench.kernels.mrope import LAYOUTS
+from qkbench.routes import planted_every
 from qkbench.schedule import ORDERS
 
 SCHEDULES = ("interleaved", "blocked")
@@ -306,12 +308,24 @@ def _check_geometry(g: Geometry) -> None:
 # copies are bounded apart from this (twice the L2, at most 16384 sets).
 MAX_TENSOR_ELEMENTS = 2**31 - 1
 MAX_INPUT_BYTES = 8 * 2**30
+# Past these a value is a typo: a run's passes are held in memory to be summarised, and
+# torch takes a seed of 64 signed bits.
+MAX_PASSES = 600
+MAX_SEED = 2**63 - 1
+# A protocol's name is part of its archives' file names: one plain word, never a path.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def _check_size(p: Protocol, src: str) -> None:
-    """Refuse token counts whose tensors are too large to index sanely or to hold."""
+    """Refuse token counts (and tables) whose tensors are too large to index sanely or
+    to hold."""
     itemsize = DTYPES[p.dtype].itemsize
     for g in p.geometries:
+        if p.max_position * g.rotary > MAX_TENSOR_ELEMENTS:
+            raise ProtocolError(
+                f"{src}: 'max_position' {p.max_position} on geometry {g.name!r}: its cos/sin "
+                f"table would have {p.max_position * g.rotary:,} elements, more than "
+                "2^31 - 1 per tensor")
         for tokens in p.tokens:
             shapes = ({"the packed qkv buffer": g.heads_q + 2 * g.heads_k} if g.packed else
                       {"q": g.heads_q, "k": g.heads_k})
@@ -338,8 +352,12 @@ def _check_values(p: Protocol, src: str) -> None:
     if not (math.isfinite(p.dispatch_margin) and p.dispatch_margin >= 0):
         raise ProtocolError(f"{src}: 'dispatch_margin' must be finite and >= 0, "
                             f"got {p.dispatch_margin}")
-    if p.timing.seed < 0:
-        raise ProtocolError(f"{src}: 'timing.seed' must be >= 0, got {p.timing.seed}")
+    if not PLAIN_NAME.fullmatch(p.name):
+        raise ProtocolError(f"{src}: 'name' must be one plain word of letters, digits, '.', "
+                            f"'_' and '-' (it names the run's archive files), got {p.name!r}")
+    if not 0 <= p.timing.seed <= MAX_SEED:
+        raise ProtocolError(f"{src}: 'timing.seed' must be in [0, 2^63 - 1], "
+                            f"got {p.timing.seed}")
     repeated = sorted({t for t in p.tokens if p.tokens.count(t) > 1})
     if repeated:
         raise ProtocolError(f"{src}: 'tokens' repeat {repeated} (each token count is one "
@@ -355,6 +373,9 @@ def _check_semantics(p: Protocol, src: str) -> None:
     for name in ("passes", "samples", "inner_reps"):
         if getattr(t, name) < 1:
             raise ProtocolError(f"{src}: 'timing.{name}' must be >= 1, got {getattr(t, name)}")
+    if t.passes > MAX_PASSES:
+        raise ProtocolError(f"{src}: 'timing.passes' must be at most {MAX_PASSES}, "
+                            f"got {t.passes}")
     if t.passes % len(ORDERS):
         raise ProtocolError(f"{src}: 'timing.passes' must be a multiple of {len(ORDERS)} "
                             f"(every arm order equally often), got {t.passes}")
@@ -383,6 +404,18 @@ def _check_semantics(p: Protocol, src: str) -> None:
     if len(p.routes) < 2:
         raise ProtocolError(f"{src}: 'routes' needs a baseline and at least one candidate, "
                             f"got {list(p.routes)}")
+    if p.routes[0] in p.candidates:
+        raise ProtocolError(f"{src}: the baseline {p.routes[0]!r} is also a candidate (a "
+                            f"route against itself is the null arm already; for an A/A run "
+                            f"use qkbench calibrate): {list(p.routes)}")
+    for r in p.routes:
+        try:
+            every = planted_every(r)
+        except RouteError as e:
+            raise ProtocolError(f"{src}: {e}") from None
+        if every is not None and t.inner_reps % every:
+            raise ProtocolError(f"{src}: route {r!r}: N must divide 'timing.inner_reps' "
+                                f"({t.inner_reps}), else its planted effect is not +1/N")
     if len(set(p.candidates)) != len(p.candidates):
         raise ProtocolError(f"{src}: candidate routes repeat: {list(p.candidates)}")
     names = [g.name for g in p.geometries]

@@ -196,6 +196,16 @@ def planted(name: str, every: int) -> str:
     return f"{name}{PLANTED}{every}"
 
 
+def planted_every(name: str) -> int | None:
+    """N of a route named ``NAME+1/N`` (a planted effect), None for any other name."""
+    base, sep, every = name.rpartition(PLANTED)
+    if not (sep and base):
+        return None
+    if not (every.isascii() and every.isdigit()) or int(every) < 1:
+        raise RouteError(f"route {name!r}: N in '+1/N' must be an integer >= 1")
+    return int(every)
+
+
 def _origin(module: str) -> str:
     """The file a module is loaded from, for an error message (else its name)."""
     try:
@@ -216,11 +226,9 @@ def resolve(name: str) -> Route:
         return builtin[name]
     if name.endswith(TWIN):
         return replace(resolve(name.removesuffix(TWIN)), name=name)
-    base, sep, every = name.rpartition(PLANTED)
-    if sep and base:
-        if not every.isdigit() or int(every) < 1:
-            raise RouteError(f"route {name!r}: N in '+1/N' must be an integer >= 1")
-        return replace(resolve(base), name=name, extra_every=int(every))
+    every = planted_every(name)
+    if every is not None:
+        return replace(resolve(name.rpartition(PLANTED)[0]), name=name, extra_every=every)
     if refs.is_ref_route(name):  # a kernel route at a commit: fused@<sha12> (qkbench gate)
         return refs.route(name)
     if name.startswith("peer:"):
