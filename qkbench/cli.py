@@ -240,7 +240,7 @@ def sweep(
         if reason:
             problems.append(reason)
         if failed:
-            problems.append(f"{len(failed)} of {proto.timing.passes} passes failed "
+            problems.append(f"{len(failed)} of {len(run['passes'])} passes failed "
                             f"(passes {failed}; their output is in the archive)")
         invalid = report.invalid_line(run, "listed above")
         if invalid:
@@ -253,10 +253,9 @@ def sweep(
     except QkbenchError as e:
         _fail(e)
     except KeyboardInterrupt:
-        where = (f"{path}; continue with: qkbench sweep --resume --out {path}"
-                 if path is not None else "no archive was written yet")
-        err.print(f"[red]interrupted:[/red] finished passes are in {where}",
-                  highlight=False, soft_wrap=True)
+        said = (f"finished passes are in {path}; continue with: qkbench sweep --resume "
+                f"--out {path}" if path is not None else "no archive was written yet")
+        err.print(f"[red]interrupted:[/red] {said}", highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
 
 

@@ -301,6 +301,8 @@ def _check_writable(path: Path) -> None:
         why = "it is a folder"
     elif path.exists():  # a file to replace or append to, or a device such as /dev/stdout
         why = None if os.access(path, os.W_OK) else "it is not writable"
+    elif folder.exists() and not folder.is_dir():
+        why = f"{folder} is a file, not a folder"
     elif not folder.is_dir():
         why = f"no folder {folder}"
     else:

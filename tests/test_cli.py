@@ -358,6 +358,19 @@ def test_ctrl_c_names_the_real_archive_path_and_how_to_resume(tmp_path, monkeypa
     assert line.endswith(f"continue with: qkbench sweep --resume --out {path}")
 
 
+def test_ctrl_c_before_the_archive_exists_says_none_was_written(tmp_path, monkeypatch):
+    from qkbench import cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_protocol", interrupted)
+    result = invoke("sweep", "--device", "cpu", "--out", str(tmp_path / "run.json"))
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines()[-1] == "interrupted: no archive was written yet"
+    assert list(tmp_path.iterdir()) == []
+
+
 def _quick_sweep(*args: str):
     return invoke("sweep", *QUICK, *args)
 

@@ -322,7 +322,10 @@ def test_a_timed_out_pass_exits_1_and_is_named_in_the_report(timed_out):
     result = timed_out.result
     assert result.exit_code == 1
     assert f"pass 0 failed (exit -9): timed out after {TIMEOUT_S} s" in result.stdout
-    assert result.stderr.strip().splitlines()[-1].startswith("error: 1 of 6 passes failed")
+    # Counted among every pass the run made, its replacements included.
+    made = len(timed_out.run["passes"])
+    assert made > 6
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: 1 of {made} passes failed")
 
 
 def test_a_timed_out_run_leaves_no_pass_folder_and_no_lock(timed_out):

@@ -342,6 +342,11 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_meas
     junit = tmp_path / "missing" / "junit.xml"
     assert_usage_error(invoke("--against", "HEAD", "--junit", str(junit)),
                        f"{junit}: cannot be written (no folder {junit.parent})")
+    (tmp_path / "a-file").write_text("")
+    under_a_file = tmp_path / "a-file" / "junit.xml"
+    assert_usage_error(invoke("--against", "HEAD", "--junit", str(under_a_file)),
+                       f"{under_a_file}: cannot be written ({under_a_file.parent} is a file, "
+                       "not a folder)")
 
 
 def test_markdown_renders_a_table_and_ends_with_the_summary(archive, tmp_path):
