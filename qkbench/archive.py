@@ -231,6 +231,12 @@ def _names(types: tuple) -> str:
 
 def _check_shape(path: Path, data: dict) -> None:
     shape = {**_SHAPE, **(_SHAPE_3 if data["schema_version"] >= 3 else {})}
+    later = [key for key in _SHAPE_3 if key not in shape and key in data]
+    if later:
+        # Only a schema 3 writer makes them: an older number here hides the header digest.
+        raise ArchiveError(f"{path}: malformed archive: schema_version "
+                           f"{data['schema_version']} but it has {' and '.join(later)}, "
+                           "which only schema 3 archives have (was its version edited?)")
     for key, types in shape.items():
         if not isinstance(data.get(key, ...), types):
             raise ArchiveError(f"{path}: malformed archive: '{key}' is missing or not "

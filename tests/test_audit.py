@@ -291,6 +291,21 @@ def audit_cli(path: Path, key: bytes | None, monkeypatch):
     return CliRunner().invoke(app, ["audit", str(path)])
 
 
+def test_a_schema_3_archive_relabelled_schema_2_is_refused_as_malformed(
+        smoke_archive, tmp_path, monkeypatch):
+    # Schema 2 had no header digest: relabelling would let a header edit through unseen.
+    edited = copy.deepcopy(smoke_archive)
+    edited["schema_version"] = 2
+    edited["environment"]["torch"] = "9.9.9"
+    path = tmp_path / "relabelled.json"
+    path.write_text(json.dumps(edited))
+    result = audit_cli(path, None, monkeypatch)
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: {path}: malformed archive: schema_version 2 but it has resumed and seal, "
+        "which only schema 3 archives have (was its version edited?)")
+
+
 def test_a_sweep_with_a_key_signs_its_archive(keyed_sweep):
     run = archives.read(keyed_sweep)
     assert run["seal"] == {"algorithm": "hmac-sha256", "key_id": seal.key_id(KEY),
