@@ -177,11 +177,16 @@ def create(path: Path, archive: dict) -> None:
 
 
 def check_resumable_schema(run: dict, path: Path) -> None:
-    """Refuse to resume an archive of another schema than this qkbench writes."""
+    """Refuse to resume an archive of another schema than this qkbench writes, or a gate's
+    (its baseline ran a ref's kernels, exported for that gate only)."""
     version = run.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ArchiveError(f"{path}: cannot resume: it is a schema {version} archive; resume "
                            "it with the qkbench version that started it")
+    if run.get("gate"):
+        raise ArchiveError(f"{path}: cannot resume: it is a gate's archive (its baseline "
+                           "ran kernels exported from a git ref for that gate only); run the "
+                           "qkbench gate command again")
 
 
 def read(path: Path) -> dict:

@@ -282,6 +282,19 @@ def test_a_resume_of_an_older_schema_archive_is_refused_naming_its_schema(tmp_pa
     assert copy.read_bytes() == older.read_bytes()
 
 
+def test_a_resume_of_a_gates_archive_is_refused_saying_to_run_the_gate_again(
+        smoke_archive, tmp_path):
+    gated = {**smoke_archive, "status": "running", "gate": {"against": {"ref": "v1"}}}
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(gated))
+    before = path.read_bytes()
+    assert_one_error_line(invoke("sweep", "--resume", "--out", str(path)),
+                          f"{path}: cannot resume: it is a gate's archive (its baseline ran "
+                          "kernels exported from a git ref for that gate only); run the "
+                          "qkbench gate command again")
+    assert path.read_bytes() == before
+
+
 @interpreter_only
 def test_a_resume_needs_only_the_archive_to_go_on_as_it_recorded(tmp_path):
     from qkbench import archive, runner
