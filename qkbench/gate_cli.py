@@ -265,9 +265,12 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
     from qkbench.cli import _protocol, _sweep_events, err
     from qkbench.report import failures
 
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise GateError(f"--out {out_dir}: is a file; --against writes one archive per route "
-                        "into a folder")
+    if out_dir is not None and not out_dir.is_dir():
+        why = ("is a file" if out_dir.exists() else
+               "names an archive file" if out_dir.suffix.lower() in (".json", ".gz") else None)
+        if why:
+            raise GateError(f"--out {out_dir}: {why}; --against writes one archive per route "
+                            "into a folder")
     routes = list(dict.fromkeys(routes))
     proto = overridden(_protocol(protocol, dev), **timing)
     with refs.exported(ref, repo, routes) as export:

@@ -257,6 +257,18 @@ def test_a_route_without_a_kernel_at_a_commit_is_exit_2(repo, tmp_path):
                        "--route eager: only the kernel routes (fused, split)")
 
 
+@pytest.mark.parametrize(("name", "why"), [("a-file", "is a file"),
+                                         ("run.json.gz", "names an archive file")])
+def test_an_out_that_is_not_a_folder_is_exit_2_before_anything_runs(repo, tmp_path, name,
+                                                                     why):
+    out = tmp_path / name
+    if name == "a-file":
+        out.write_text("")
+    assert_usage_error(gate(repo, "same", out), f"--out {out}: {why}; --against writes one "
+                                                "archive per route into a folder")
+    assert [p.name for p in tmp_path.iterdir()] == ([name] if name == "a-file" else [])
+
+
 def test_a_repository_that_is_not_one_is_exit_2(tmp_path):
     assert_usage_error(gate(tmp_path, "HEAD", tmp_path / "out"), "is not in a git repository")
 
