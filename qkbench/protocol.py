@@ -421,6 +421,10 @@ def _check_semantics(p: Protocol, src: str) -> None:
     names = [g.name for g in p.geometries]
     if len(set(names)) != len(names):
         raise ProtocolError(f"{src}: geometry names repeat: {names}")
+    band_names = [b.name for b in p.bands]
+    if len(set(band_names)) != len(band_names):
+        raise ProtocolError(f"{src}: band names repeat (each names a row of the report): "
+                            f"{band_names}")
     for g in p.geometries:
         uneven = [t for t in p.tokens if g.batch and t % g.batch]
         if uneven:

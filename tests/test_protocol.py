@@ -202,6 +202,9 @@ LATE = [
     ("band-min-above-max", ("passes = 12", 'passes = 12\n[[band]]\nname = "b"\n'
                                           "tokens_min = 8\ntokens_max = 4"),
      ["band[0] ('b'): 'tokens_min' (8) is above 'tokens_max' (4)"]),
+    ("band-names-repeat", ("passes = 12", 'passes = 12\n[[band]]\nname = "b"\n'
+                                         '[[band]]\nname = "b"\ntokens_min = 4'),
+     ["band names repeat (each names a row of the report): ['b', 'b']"]),
     ("negative-dispatch-margin", ("tokens = [1, 4]", "tokens = [1, 4]\ndispatch_margin = -1"),
      ["'dispatch_margin' must be finite and >= 0, got -1.0"]),
     ("tensor-over-int32", ("tokens = [1, 4]", "tokens = [1, 20000000]"),
