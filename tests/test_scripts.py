@@ -638,3 +638,30 @@ def test_carveout_sequence_names_a_report_that_profiled_nothing():
     sequence = script("carveout_sequence")
     with pytest.raises(SystemExit, match="ncu's report holds no profiled launch"):
         sequence.read_details("==PROF== No kernels were profiled.\n")
+
+
+def _l2_run(copy_gbps: float, fixed_us: float, rate: float, tokens: list[int]) -> dict:
+    """An L2-bench record whose one arm takes exactly ``fixed_us + bytes_us / rate``."""
+    shapes = []
+    for t in tokens:
+        nbytes = t * 40 * 128 * 4
+        us = fixed_us + nbytes / copy_gbps / 1e3 / rate
+        shapes.append({"shape": f"g/T{t}", "bytes": {"arm": nbytes},
+                       "us": {"arm": [us * 1.001, us, us * 0.999]}})
+    return {"copy_gbps": copy_gbps, "shapes": shapes}
+
+
+def test_fixed_cost_recovers_a_planted_fixed_cost_and_rate():
+    fixed_cost = script("fixed_cost")
+    run = _l2_run(4000.0, fixed_us=3.5, rate=0.97, tokens=[8192, 32768])
+    more = _l2_run(4000.0, fixed_us=3.5, rate=0.97, tokens=[16384, 65536])
+    (row,) = fixed_cost.fits(fixed_cost.points([run, more], skip=set()))
+    assert row["tokens"] == [8192, 16384, 32768, 65536]
+    assert abs(row["fixed_us"] - 3.5) < 1e-9 and abs(row["rate"] - 0.97) < 1e-12
+    assert row["worst"] < 1e-12
+
+
+def test_fixed_cost_leaves_out_skipped_shapes_and_an_arm_of_one_token_count():
+    fixed_cost = script("fixed_cost")
+    run = _l2_run(4000.0, fixed_us=1.0, rate=1.0, tokens=[8192, 32768])
+    assert fixed_cost.fits(fixed_cost.points([run], skip={"g/T8192"})) == []
