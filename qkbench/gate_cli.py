@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from qkbench import seal
 from qkbench.errors import USAGE, GateError, QkbenchError
 from qkbench.options import cells, overridden, refuse_given, timing
 
@@ -195,6 +196,12 @@ def _read(path: Path, flag: str) -> dict:
     from qkbench.audit import read_checked
 
     run = read_checked(path)
+    if seal.signing_key() is not None and (run.get("seal") or {}).get("algorithm") != \
+            seal.HMAC_SHA256:
+        # With the key, what the gate judges must carry its signature: an unsigned
+        # archive's digests can be recomputed by anyone after an edit.
+        raise GateError(f"{flag} {path}: not signed, and {seal.KEY_ENV} is set: with the key "
+                        "the gate judges only archives signed with it")
     if not run["passes"]:
         raise GateError(f"{flag} {path}: no pass finished, so it has no summary")
     return run

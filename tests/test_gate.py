@@ -9,6 +9,7 @@ that disagrees in one pass, an arm order that always disagrees.
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -347,6 +348,24 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_meas
     assert_usage_error(invoke("--against", "HEAD", "--junit", str(under_a_file)),
                        f"{under_a_file}: cannot be written ({under_a_file.parent} is a file, "
                        "not a folder)")
+
+
+def test_with_the_signing_key_set_an_unsigned_archive_is_not_judged(archive, monkeypatch):
+    path = archive("base")  # swept without the key (a sweep with it would sign)
+    monkeypatch.setenv("QKBENCH_SIGNING_KEY", "a CI secret")
+    assert_usage_error(invoke(path), f"RUN {path}: not signed, and QKBENCH_SIGNING_KEY is set: "
+                                     "with the key the gate judges only archives signed with it")
+
+
+def test_with_the_signing_key_set_a_signed_archive_is_judged(archive, monkeypatch, tmp_path):
+    from qkbench import archive as archives
+
+    key = b"a CI secret"
+    signed = tmp_path / "signed.json"
+    archives.write(signed, reseal(archives.read(Path(archive("base"))), key))  # as CI's sweep
+    monkeypatch.setenv("QKBENCH_SIGNING_KEY", key.decode())
+    result = invoke(str(signed))
+    assert result.exit_code == 0, result.output
 
 
 def test_markdown_renders_a_table_and_ends_with_the_summary(archive, tmp_path):
