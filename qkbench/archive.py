@@ -176,7 +176,7 @@ def create(path: Path, archive: dict) -> None:
     write(path, archive)
 
 
-def check_resumable_schema(run: dict, path: Path) -> None:
+def check_resumable(run: dict, path: Path) -> None:
     """Refuse to resume an archive of another schema than this qkbench writes, or a gate's
     (its baseline ran a ref's kernels, exported for that gate only)."""
     version = run.get("schema_version")
@@ -238,7 +238,9 @@ def _check_shape(path: Path, data: dict) -> None:
     shape = {**_SHAPE, **(_SHAPE_3 if data["schema_version"] >= 3 else {})}
     later = [key for key in _SHAPE_3 if key not in shape and key in data]
     if later:
-        # Only a schema 3 writer makes them: an older number here hides the header digest.
+        # Only a schema 3 writer makes them, so an older number beside them is an edit that
+        # would skip the header digest (one that drops them too reads as that older schema,
+        # which audit then says is checked for consistency only).
         raise ArchiveError(f"{path}: malformed archive: schema_version "
                            f"{data['schema_version']} but it has {' and '.join(later)}, "
                            "which only schema 3 archives have (was its version edited?)")

@@ -210,7 +210,9 @@ def _header_problems(archive: dict) -> list[str]:
     try:
         proto = rebuild(archive["protocol"])
     except (QkbenchError, KeyError, TypeError) as e:
-        return [f"protocol: the resolved settings cannot be rebuilt from its text ({e})"]
+        # An edit, or a protocol written before a rule this qkbench checks at load.
+        return [f"protocol: the resolved settings cannot be rebuilt from its text ({e}; an "
+                "edit, or a protocol that breaks a rule newer than the run)"]
     problems = []
     rebuilt = as_recorded(as_stored(proto.resolved()), resolved)
     if rebuilt != resolved:
@@ -239,11 +241,11 @@ def _structure(archive: dict, proto: Protocol, summary: dict | None, found: Find
         if n > 1:
             problems.append(f"passes: index {index} appears {n} times (a duplicated pass)")
     present = set(indices)
-    if indices and max(indices) >= len(present):
-        # Some index up to the highest is absent; the first ones lie within len(present)
-        # + 1 of 0 (a tampered index of 10**8 must not make a set of that size).
-        top = max(indices)
-        absent = top + 1 - sum(0 <= i <= top for i in present)
+    top = max(indices, default=-1)
+    # Counted, not listed: a tampered index of 10**8 must not make a set of that size.
+    absent = top + 1 - sum(0 <= i <= top for i in present)
+    if absent > 0:
+        # The first absent ones lie within len(present) + 10 of 0.
         first = list(islice((i for i in range(top + 1) if i not in present), 10))
         more = f" and {absent - len(first):,} more" if absent > len(first) else ""
         problems.append(f"passes: indices {first}{more} are missing (a deleted pass)")

@@ -8,7 +8,7 @@ resolved slower. ``summarize`` reads both archives' summaries; nothing here prin
 """
 
 from qkbench import routes
-from qkbench.errors import ProtocolError, QkbenchError
+from qkbench.errors import ProtocolError, QkbenchError, RouteError
 from qkbench.protocol import Protocol
 from qkbench.summary import current
 
@@ -44,10 +44,6 @@ def protocols(protocol: Protocol, route: str, planted_every: tuple[int, ...]
                 routes=[route, *(routes.planted(route, n) for n in planted_every)])}
 
 
-def _planted_every(name: str) -> int:
-    return int(name.rpartition(routes.PLANTED)[2])
-
-
 def planted_share(every: int, input_sets: int, launches: int) -> float:
     """The extra work a planted route adds to a replay of ``launches`` launches: its call
     counter starts after one warm call per input set, and every ``every``-th call runs the
@@ -62,6 +58,13 @@ def _replays(archive: dict) -> dict[str, tuple[int, int]]:
             for p in archive["passes"] for c in p.get("cases", []) if "input_sets" in c}
 
 
+def _planted(name: str) -> bool:
+    try:
+        return routes.planted_every(name) is not None
+    except RouteError:
+        return False
+
+
 def _route_of(kind: str, archive: dict) -> str:
     """The route an A/A (``kind`` "aa") or planted archive calibrates; a ``QkbenchError``
     where its routes are not such a run's."""
@@ -70,8 +73,7 @@ def _route_of(kind: str, archive: dict) -> str:
     if kind == "aa" and others == [routes.twin(base)]:
         return base
     if kind == "planted" and others and all(
-            n.startswith(base + routes.PLANTED) and n.rpartition(routes.PLANTED)[2].isdigit()
-            for n in others):
+            n.startswith(base + routes.PLANTED) and _planted(n) for n in others):
         return base
     option, what, want = {
         "aa": ("--aa", "an A/A", f"ROUTE against ROUTE{routes.TWIN}"),
@@ -106,7 +108,7 @@ def summarize(aa: dict, planted: dict) -> dict:
                    "aa": c["effect"], "planted": []} for key, c in aa_cells.items()}
     replays = _replays(planted)
     for comp in current(planted)["comparisons"]:
-        every = _planted_every(comp["candidate"])
+        every = routes.planted_every(comp["candidate"])
         for c in comp["cases"]:
             expected = planted_share(every, *replays[c["key"]]) if c["key"] in replays else None
             e = c["effect"]

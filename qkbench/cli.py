@@ -75,10 +75,10 @@ def _resumed(path: Path) -> dict:
     """The archive ``--resume`` goes on with: its device and, where no --protocol is given,
     its protocol, routes, cells and timing are the resume's (read without the kernels,
     which must not be imported before the device is known)."""
-    from qkbench.archive import check_resumable_schema, read
+    from qkbench.archive import check_resumable, read
 
     run = read(path)
-    check_resumable_schema(run, path)
+    check_resumable(run, path)
     return run
 
 

@@ -50,7 +50,8 @@ Exit codes:
   1  a case regressed, or an expectation was not met
   2  usage or input error: a bad option, an unknown ref, kernels that
      cannot be imported, archives that cannot be compared, an archive
-     refused on reading (edited, damaged or malformed), a malformed --expect
+     refused on reading (edited, damaged or malformed; unsigned while
+     QKBENCH_SIGNING_KEY is set), a malformed --expect
   3  more inconclusive cases than --max-inconclusive, or no case judged
 """
 

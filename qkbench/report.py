@@ -275,8 +275,8 @@ def invalid_line(archive: dict, where: str) -> str | None:
 
 def no_verdict_line(archive: dict) -> str | None:
     """The sentence for a finished run in which no cell of any comparison got a verdict:
-    every cell unstable (a pass order's null arm disagreed past the drop threshold at every
-    attempt), so nothing it measured can be read; None otherwise."""
+    every cell unstable (a pass order kept no pass within its retries), so nothing it
+    measured can be read; None otherwise."""
     if archive["status"] != "complete":
         return None
     verdicts = [c["effect"]["verdict"] for comp in archive["summary"]["comparisons"]
@@ -285,8 +285,9 @@ def no_verdict_line(archive: dict) -> str | None:
         return None
     threshold = archive["protocol"]["resolved"]["timing"]["drop_threshold"]
     return (f"no cell got a verdict: all {len(verdicts)} are unstable (in each, a pass "
-            f"order's null arm disagreed past the drop threshold {threshold:g} at every "
-            "attempt), so the run measured nothing a verdict can be read from")
+            "order kept no pass within its retries: its null arm disagreed past the drop "
+            f"threshold {threshold:g}, or its passes failed), so the run measured nothing a "
+            "verdict can be read from")
 
 
 def failures(archive: dict) -> list[str]:

@@ -197,8 +197,9 @@ def planted(name: str, every: int) -> str:
 
 
 def planted_every(name: str) -> int | None:
-    """N of a route named ``NAME+1/N`` (a planted effect), None for any other name."""
-    base, sep, every = name.rpartition(PLANTED)
+    """N of a route named ``NAME+1/N`` (a planted effect, also under its twin's name), None
+    for any other name."""
+    base, sep, every = name.removesuffix(TWIN).rpartition(PLANTED)
     if not (sep and base):
         return None
     if not (every.isascii() and every.isdigit()) or int(every) < 1:

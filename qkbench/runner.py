@@ -208,7 +208,7 @@ def remove_dead_pass_dirs(root: Path | None = None) -> list[Path]:
 
 
 def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Path) -> None:
-    archives.check_resumable_schema(existing, out)
+    archives.check_resumable(existing, out)
     if existing["protocol"]["sha256"] != protocol.sha256:
         raise ArchiveError(f"{out}: cannot resume: it was run with another protocol text")
     wanted = as_recorded(archives.as_stored(protocol.resolved()), existing["protocol"]["resolved"])

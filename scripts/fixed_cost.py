@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="shapes to leave out, as the bench names them (GEOMETRY/TN)")
     args = parser.parse_args(argv)
     runs = [json.loads(path.read_text()) for path in args.runs]
+    unknown = set(args.skip) - {shape["shape"] for run in runs for shape in run["shapes"]}
+    if unknown:
+        parser.error(f"--skip {', '.join(sorted(unknown))}: no such shape in the runs given")
     print(table(fits(points(runs, set(args.skip)))))
     return 0
 

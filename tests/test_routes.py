@@ -120,3 +120,13 @@ def test_a_run_is_hopeless_only_when_every_comparison_has_a_route_invalid_everyw
     assert hopeless(one, _verified({"split": OK, "bad": BAD}, {"split": OK, "bad": OK})) == set()
     assert hopeless(one, _verified({"split": OK, "bad": NS}, {"split": OK, "bad": BAD})) == set()
     assert hopeless(one, {"cases": [{"key": "c0", "error": "out of memory"}]}) == set()
+
+
+@pytest.mark.parametrize(("name", "every"), [("split+1/8", 8), ("split+1/8~twin", 8),
+                                             ("split", None), ("split~twin", None)])
+def test_planted_every_reads_n_under_the_twins_name_too(name, every):
+    from qkbench.routes import planted_every
+
+    assert planted_every(name) == every
+    if every is not None:
+        assert resolve(name).extra_every == every

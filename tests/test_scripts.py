@@ -665,3 +665,13 @@ def test_fixed_cost_leaves_out_skipped_shapes_and_an_arm_of_one_token_count():
     fixed_cost = script("fixed_cost")
     run = _l2_run(4000.0, fixed_us=1.0, rate=1.0, tokens=[8192, 32768])
     assert fixed_cost.fits(fixed_cost.points([run], skip={"g/T8192"})) == []
+
+
+def test_fixed_cost_refuses_a_skip_that_names_no_shape(tmp_path, capsys):
+    fixed_cost = script("fixed_cost")
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_l2_run(4000.0, fixed_us=1.0, rate=1.0, tokens=[8192, 32768])))
+    with pytest.raises(SystemExit) as e:
+        fixed_cost.main([str(path), "--skip", "g/T8193"])
+    assert e.value.code == 2
+    assert "--skip g/T8193: no such shape in the runs given" in capsys.readouterr().err
