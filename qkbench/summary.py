@@ -9,6 +9,7 @@ order -- that the drop rule keeps. The filled slots form the balanced kept set: 
 order equally often, so order and slot effects cancel for all arms alike (SPEC 4).
 """
 
+import math
 from collections import defaultdict
 from statistics import median
 
@@ -77,9 +78,19 @@ def telemetry_flags(arms: list[dict], clock_threshold: float) -> list[str]:
     return flags
 
 
+def _times(samples: list, what: str) -> list:
+    """``samples`` where every one is a positive finite time; a ValueError naming ``what``
+    otherwise (no clock gives NaN, an infinity or a time <= 0: an edited archive)."""
+    bad = next((x for x in samples if not (math.isfinite(x) and x > 0)), None)
+    if bad is not None:
+        raise ValueError(f"{what} holds a sample that is not a positive finite time ({bad!r})")
+    return samples
+
+
 def _row(p: dict, case_result: dict, comp: dict, timing: dict) -> dict:
     """One measured attempt of a cell: its null, delta and the drop decision."""
-    arms = {a["label"]: a["samples"] for a in comp["arms"]}
+    where = f"pass {p['index']} {case_result.get('key')}"
+    arms = {a["label"]: _times(a["samples"], f"{where} arm {a['label']}") for a in comp["arms"]}
     null = stats.null_ratio(arms["A"], arms["A'"])
     flags = telemetry_flags(comp["arms"], timing.get("clock_threshold", 1.0))
     reason = None

@@ -246,6 +246,22 @@ def test_loading_a_resealed_archive_whose_pass_cannot_be_summarised_names_it(smo
         read_checked(path)
 
 
+@pytest.mark.parametrize("sample", [float("nan"), float("inf"), 0.0, -1e-6])
+def test_a_resealed_archive_with_a_sample_no_clock_gives_is_refused_naming_it(
+        smoke_archive, tmp_path, sample):
+    # The summary of a NaN would read "+nan%": no clock gives one, so it is an edit.
+    edited = copy.deepcopy(smoke_archive)
+    case = edited["passes"][0]["cases"][0]
+    case["comparisons"][0]["arms"][0]["samples"][1] = sample
+    path = write_json(tmp_path / "run.json", reseal(edited))
+    label = case["comparisons"][0]["arms"][0]["label"]
+    with pytest.raises(ArchiveError, match=re.escape(
+            f"{path}: malformed archive: its summary cannot be recomputed from its passes "
+            f"(ValueError: pass 0 {case['key']} arm {label} holds a sample that is not a "
+            f"positive finite time ({sample!r}))")):
+        read_checked(path)
+
+
 def test_report_refuses_an_archive_whose_pass_was_edited_in_one_line(smoke_archive, tmp_path):
     edited = copy.deepcopy(smoke_archive)
     edited["passes"][1]["pid"] += 1
