@@ -118,8 +118,7 @@ def read_checked(path: Path) -> dict:
     where its passes cannot be summarised: what it shows could then be anything. Stops at
     the first problem; ``audit`` lists every one. Its summary is read with ``current``."""
     run = archives.read(path)
-    signed = (run.get("seal") or {}).get("algorithm") == seal.HMAC_SHA256
-    problems = (digest_problems(run, seal.signing_key() if signed else None)
+    problems = (digest_problems(run, seal.signing_key() if seal.is_signed(run) else None)
                 + _header_problems(run))
     if problems:
         raise ArchiveError(f"{path}: {problems[0]} (qkbench audit {path} lists every "

@@ -368,6 +368,11 @@ def _check_values(p: Protocol, src: str) -> None:
                                 f"is above 'tokens_max' ({b.tokens_max}), so it holds no cell")
 
 
+def _distinct(src: str, what: str, names: list) -> None:
+    if len(set(names)) != len(names):
+        raise ProtocolError(f"{src}: {what}: {names}")
+
+
 def _check_semantics(p: Protocol, src: str) -> None:
     t = p.timing
     for name in ("passes", "samples", "inner_reps"):
@@ -416,15 +421,11 @@ def _check_semantics(p: Protocol, src: str) -> None:
         if every is not None and t.inner_reps % every:
             raise ProtocolError(f"{src}: route {r!r}: N must divide 'timing.inner_reps' "
                                 f"({t.inner_reps}), else its planted effect is not +1/N")
-    if len(set(p.candidates)) != len(p.candidates):
-        raise ProtocolError(f"{src}: candidate routes repeat: {list(p.candidates)}")
+    _distinct(src, "candidate routes repeat", list(p.candidates))
     names = [g.name for g in p.geometries]
-    if len(set(names)) != len(names):
-        raise ProtocolError(f"{src}: geometry names repeat: {names}")
-    band_names = [b.name for b in p.bands]
-    if len(set(band_names)) != len(band_names):
-        raise ProtocolError(f"{src}: band names repeat (each names a row of the report): "
-                            f"{band_names}")
+    _distinct(src, "geometry names repeat", names)
+    _distinct(src, "band names repeat (each names a row of the report)",
+              [b.name for b in p.bands])
     for g in p.geometries:
         uneven = [t for t in p.tokens if g.batch and t % g.batch]
         if uneven:

@@ -229,7 +229,7 @@ def _check_seal(existing: dict, key: bytes | None, out: Path) -> None:
     from qkbench.audit import digest_problems
 
     recorded = existing.get("seal") or {}
-    signed = recorded.get("algorithm") == seal.HMAC_SHA256
+    signed = seal.is_signed(existing)
     if signed and key is None:
         raise ArchiveError(f"{out}: cannot resume: it is signed ({seal.HMAC_SHA256}); set "
                            f"{seal.KEY_ENV} to the key it was started with")

@@ -37,6 +37,11 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"qkbench key id\0" + key).hexdigest()[:16]
 
 
+def is_signed(archive: dict) -> bool:
+    """Whether ``archive``'s seal says it was signed with a key (HMAC), not only digested."""
+    return (archive.get("seal") or {}).get("algorithm") == HMAC_SHA256
+
+
 def algorithm(key: bytes | None) -> str:
     return SHA256 if key is None else HMAC_SHA256
 
