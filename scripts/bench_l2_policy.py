@@ -5,7 +5,7 @@ left behind.
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|ramp|programs|program-warps|tiles-3.8
                 |norm|rope]
-        [--geometries d128|goals]
+        [--geometries d128|d128-dit|goals]
         [--cold] [--route fused|split]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
@@ -31,6 +31,7 @@ with the L2 taken as one byte so that the rules past the L2 apply (figures meani
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -50,6 +51,9 @@ from bench_kernels import (
     launcher,
 )
 
+# An arm key naming a variant of the prototype in ``proto_async_table.py`` (a CUDA device
+# and D = 128 neox geometries only), which the arm runs instead of the route.
+PROTOTYPE = "prototype"
 ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "k-tiles": {
         "default": {}, "default-again": {},
@@ -61,6 +65,13 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "k-tiles-always": {"l2_bytes": 1},
     },
     "copies": {"default": {}, "default-again": {}},
+    # The table row fetched once per token in the rows' layout sliced over the heads, or
+    # copied into shared memory as soon as its position is known, the rows with it or not
+    # (``proto_async_table.py``).
+    "async-table": {
+        "default": {}, "default-again": {}, "gluon-sync": {PROTOTYPE: "sync"},
+        "gluon-async": {PROTOTYPE: "async"}, "gluon-async-rows": {PROTOTYPE: "async-rows"},
+    },
     # Programmatic Dependent Launch (the ``pdl`` call option) by the plan's rule, and in
     # each of its variants (``plan.Settings.pdl_variant``).
     "pdl": {
@@ -154,20 +165,22 @@ def copy_arms(arms: str) -> dict[str, tuple[int, int | None] | None]:
 
 
 def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
-    """Tiny under --quick; else D = 128 GQA at each of ``tokens`` (``d128``), or DiT and
-    every prefill geometry at each of ``tokens`` (``goals``)."""
+    """Tiny under --quick; else D = 128 GQA at each of ``tokens`` (``d128``), with DiT
+    (``d128-dit``), or DiT and every prefill geometry at each of ``tokens`` (``goals``)."""
     from qkbench.case import Geometry
 
     if quick:
         return [Shape(Geometry("tiny", 4, 1, 64), 40)]
     gqa = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128)]
+    dit = Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973)
     if geometries == "d128":
         return [Shape(g, t, 40960) for g in gqa for t in tokens]
+    if geometries == "d128-dit":
+        return [dit, *(Shape(g, t, 40960) for g in gqa for t in tokens)]
     text = dict(weight_mode="offset", inplace=False)
     prefill = [*gqa, Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
                Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
-    return [Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973),
-            *(Shape(g, t, 40960) for t in tokens for g in prefill)]
+    return [dit, *(Shape(g, t, 40960) for t in tokens for g in prefill)]
 
 
 def copy_launch(size: tuple[int, int | None] | None, inputs, inplace: bool):
@@ -206,11 +219,16 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
     split_out = call(qk_norm_rope_split, inputs, g.inplace)
     graphs, checks = [], {}
     for label, arm in arms.items():
-        settings = {k: v for k, v in arm.items() if k not in CALL_OPTIONS}
+        settings = {k: v for k, v in arm.items() if k not in (*CALL_OPTIONS, PROTOTYPE)}
         options = {k: v for k, v in arm.items() if k in CALL_OPTIONS}
+        arm_op = op
+        if PROTOTYPE in arm:
+            from proto_async_table import qk_norm_rope_async
+
+            arm_op = functools.partial(qk_norm_rope_async, variant=arm[PROTOTYPE])
         with plan.use(**settings):
-            checks[label] = identical(call(op, inputs, g.inplace, **options), split_out)
-            launches = [launcher(op, inputs, g.inplace, **options)
+            checks[label] = identical(call(arm_op, inputs, g.inplace, **options), split_out)
+            launches = [launcher(arm_op, inputs, g.inplace, **options)
                         for _ in range(sets)]
             for launch in launches:
                 launch()
@@ -243,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visit", type=int, default=5)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--arms", choices=sorted(ARM_SETS), default="k-tiles")
-    parser.add_argument("--geometries", choices=("d128", "goals"), default="d128")
+    parser.add_argument("--geometries", choices=("d128", "d128-dit", "goals"), default="d128")
     parser.add_argument("--cold", action="store_true",
                         help="each arm cycles over buffer sets sweeping twice the L2")
     parser.add_argument("--route", choices=("fused", "split"), default="fused",

@@ -1,0 +1,255 @@
+"""A prototype, not a route: the fused kernel with its table rows fetched asynchronously
+into shared memory (Gluon, compute capability 8.0+), to test whether the table's dependent
+round trips (position, then row) are what the fused kernel pays over a copy of its rows.
+
+The kernel follows ``kernels.fused`` for neox rotary over the whole head, plain weights,
+bf16 rows and an fp32 table, on the launch the fused route plans (its tiles, chunks and
+warps), with the same pairwise tree, so its bits should equal the split route's. Two
+variants (``variant``):
+
+* ``sync``: the table row loaded once per token in the rows' layout sliced over the heads
+  (each thread its own channels once, broadcast over its heads in registers), where the
+  shipped kernel loads it once per head;
+* ``async``: the same row copied into shared memory (``cp.async``) as soon as the position
+  is known, and read from there after the norm: no register waits on it meanwhile.
+
+``python scripts/bench_l2_policy.py --arms async-table`` times both beside the fused
+kernel with its null arm.
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+
+VARIANTS = {"sync": 0, "async": 1, "async-rows": 2}
+
+
+@gluon.jit
+def _tree(x, N: gl.constexpr, BT: gl.constexpr, BH: gl.constexpr):
+    """``tiles.pairwise_sum`` of ``x: [BT, BH, N]`` down to ``[BT, BH]``."""
+    for level in gl.static_range(N.bit_length() - 1):
+        x = gl.sum(gl.reshape(x, (BT, BH, N // (2 << level), 2)), axis=3)
+    return gl.reshape(x, (BT, BH))
+
+
+@gluon.jit
+def _tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
+          stride_xt, stride_xh, stride_ot, stride_oh, stride_cs, stride_pos_t,
+          D: gl.constexpr, R2: gl.constexpr, BT: gl.constexpr, BH: gl.constexpr,
+          L3: gl.constexpr, CL: gl.constexpr, ASYNC: gl.constexpr):
+    dtype: gl.constexpr = o_ptr.dtype.element_ty
+    LC: gl.constexpr = gl.SliceLayout(1, L3)  # [BT, R2]: a token's channels
+    LT: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    LH: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, L3))
+    LR: gl.constexpr = gl.SliceLayout(0, LC)
+
+    # The position, and the table row's copy or load, first.
+    t = tb * BT + gl.arange(0, BT, layout=LT)
+    pos = gl.load(pos_ptr + t.to(gl.int64) * stride_pos_t, mask=t < T, other=0).to(gl.int64)
+    valid = (pos >= 0) & (pos < max_pos) & (t < T)
+    if not ASYNC:
+        tl_ = tb * BT + gl.arange(0, BT, layout=gl.SliceLayout(1, LC))
+        pl = gl.load(pos_ptr + tl_.to(gl.int64) * stride_pos_t, mask=tl_ < T,
+                     other=0).to(gl.int64)
+        vl = (pl >= 0) & (pl < max_pos) & (tl_ < T)
+        ic = gl.arange(0, R2, layout=LR)
+        row = cs_ptr + gl.expand_dims(gl.where(vl, pl, 0) * stride_cs, 1) + gl.expand_dims(ic, 0)
+        c = gl.load(row, mask=gl.expand_dims(vl, 1), other=0.0)
+        s = gl.load(row + R2, mask=gl.expand_dims(vl, 1), other=0.0)
+
+    h = hb * BH + gl.arange(0, BH, layout=LH)
+    i = gl.arange(0, R2, layout=LR)
+    t3 = gl.expand_dims(gl.expand_dims(t, 1), 2)
+    h3 = gl.expand_dims(gl.expand_dims(h, 0), 2)
+    i3 = gl.expand_dims(gl.expand_dims(i, 0), 1)
+    mask = (t3 < T) & (h3 < H)
+    x_row = x_ptr + t3.to(gl.int64) * stride_xt + h3.to(gl.int64) * stride_xh
+    o_row = o_ptr + t3.to(gl.int64) * stride_ot + h3.to(gl.int64) * stride_oh
+    w1 = gl.expand_dims(gl.expand_dims(gl.load(w_ptr + i).to(gl.float32), 0), 1)
+    w2 = gl.expand_dims(gl.expand_dims(gl.load(w_ptr + R2 + i).to(gl.float32), 0), 1)
+    if ASYNC == 2:
+        # The rows copied too, in the rows' own layout (each thread reads back only what it
+        # copied, so only the table needs a barrier), before the table's copy: ptxas keeps
+        # the copies in their commit groups' order, so the table's copy is issued before
+        # the rows are waited for (alone, it sinks it past the norm).
+        rows: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
+        s1 = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [BT, BH, R2], rows)
+        s2 = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [BT, BH, R2], rows)
+        cp.async_copy_global_to_shared(s1, x_row + i3, mask=mask)
+        cp.async_copy_global_to_shared(s2, x_row + R2 + i3, mask=mask)
+        cp.commit_group()
+    if ASYNC:
+        tab = gl.allocate_shared_memory(gl.float32, [BT, 2 * R2],
+                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        # The copy's lanes take the one position load's values (no second load for
+        # ptxas to sink past the norm, the copy with it).
+        vc = gl.convert_layout(valid, gl.SliceLayout(1, CL))
+        pc = gl.convert_layout(pos, gl.SliceLayout(1, CL))
+        col = gl.arange(0, 2 * R2, layout=gl.SliceLayout(0, CL))
+        src = (cs_ptr + gl.expand_dims(gl.where(vc, pc, 0) * stride_cs, 1)
+               + gl.expand_dims(col, 0))
+        cp.async_copy_global_to_shared(tab, src, mask=gl.expand_dims(vc, 1))
+        cp.commit_group()
+    if ASYNC == 2:
+        cp.wait_group(1)
+        x1 = s1.load(L3).to(gl.float32)
+        x2 = s2.load(L3).to(gl.float32)
+    else:
+        x1 = gl.load(x_row + i3, mask=mask, other=0.0).to(gl.float32)
+        x2 = gl.load(x_row + R2 + i3, mask=mask, other=0.0).to(gl.float32)
+
+    sumsq = _tree(x1 * x1, R2, BT, BH) + _tree(x2 * x2, R2, BT, BH)
+    rstd = gl.expand_dims(gl.convert_layout(gl.rsqrt(sumsq / D + eps),
+                                            gl.SliceLayout(2, L3)), 2)
+    y1 = (x1 * rstd * w1).to(dtype).to(gl.float32)
+    y2 = (x2 * rstd * w2).to(dtype).to(gl.float32)
+    if ASYNC:
+        cp.wait_group(0)
+        gl.thread_barrier()
+        c = tab.slice(0, R2, dim=1).load(LC)
+        s = tab.slice(R2, R2, dim=1).load(LC)
+    c3 = gl.expand_dims(c, 1)
+    s3 = gl.expand_dims(s, 1)
+    v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
+    o1 = gl.where(v3, y1 * c3 - y2 * s3, float("nan"))
+    o2 = gl.where(v3, y2 * c3 + y1 * s3, float("nan"))
+    gl.store(o_row + i3, o1.to(dtype), mask=mask)
+    gl.store(o_row + R2 + i3, o2.to(dtype), mask=mask)
+
+
+@gluon.jit(do_not_specialize=["T", "max_pos", "q_programs"])
+def proto_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr,
+                 T, HQ, HK, eps, max_pos,
+                 stride_qt, stride_qh, stride_kt, stride_kh,
+                 stride_qot, stride_qoh, stride_kot, stride_koh, stride_cs, stride_pos_t,
+                 q_programs, QHB: gl.constexpr, KHB: gl.constexpr,
+                 D: gl.constexpr, R2: gl.constexpr,
+                 BTQ: gl.constexpr, BHQ: gl.constexpr, BTK: gl.constexpr, BHK: gl.constexpr,
+                 QC: gl.constexpr, KC: gl.constexpr,
+                 L3Q: gl.constexpr, L3K: gl.constexpr, CLQ: gl.constexpr, CLK: gl.constexpr,
+                 ASYNC: gl.constexpr):
+    # ``tiles.qk_tile``: chunks of QC q tiles then KC k tiles, or every q tile first.
+    pid = gl.program_id(0)
+    if QC:
+        chunk = pid // (QC + KC)
+        r = pid - chunk * (QC + KC)
+        is_q = r < QC
+        tile = gl.where(is_q, chunk * QC + r, chunk * KC + r - QC)
+    else:
+        is_q = pid < q_programs
+        tile = gl.where(is_q, pid, pid - q_programs)
+    tb = gl.where(is_q, tile // QHB, tile // KHB)
+    hb = tile - tb * gl.where(is_q, QHB, KHB)
+    if is_q:
+        _tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, tb, hb, T, HQ, eps, max_pos,
+              stride_qt, stride_qh, stride_qot, stride_qoh, stride_cs, stride_pos_t,
+              D, R2, BTQ, BHQ, L3Q, CLQ, ASYNC)
+    else:
+        _tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, tb, hb, T, HK, eps, max_pos,
+              stride_kt, stride_kh, stride_kot, stride_koh, stride_cs, stride_pos_t,
+              D, R2, BTK, BHK, L3K, CLK, ASYNC)
+
+
+def row_layout(bt: int, bh: int, r2: int, warps: int, elem_bytes: int = 2) -> gl.BlockedLayout:
+    """``[bt, bh, r2]`` pairs: 16-byte vectors along the channels, then threads over the
+    heads and tokens, warps over the heads first."""
+    vec = min(r2, 16 // elem_bytes)
+    along = min(32, r2 // vec)
+    heads = min(32 // along, bh)
+    wh = max(1, min(warps, bh // heads))
+    return gl.BlockedLayout([1, 1, vec], [32 // along // heads, heads, along],
+                            [warps // wh, wh, 1], [2, 1, 0])
+
+
+def copy_layout(bt: int, r2: int, warps: int) -> gl.BlockedLayout:
+    """``[bt, 2 * r2]`` fp32 table elements over every thread once (where there are as
+    many elements as threads or more)."""
+    w0 = min(bt, warps)
+    w1 = warps // w0
+    per = max(1, 2 * r2 // (32 * w1))
+    return gl.BlockedLayout([1, per], [1, 32], [w0, w1], [1, 0])
+
+
+def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, eps=1e-6,
+                       rotary_dim=None, style="neox", weight_mode="plain", inplace=True,
+                       q_out=None, k_out=None, variant="async", **unused):
+    """The fused op for the prototype's cases, on the fused route's launch plan."""
+    from qkbench.kernels import plan
+    from qkbench.kernels.fused import fused_tiles
+
+    D = q.shape[-1]
+    if (style != "neox" or weight_mode != "plain" or rotary_dim not in (None, D)
+            or q.dtype != torch.bfloat16 or cos_sin_cache.dtype != torch.float32
+            or not q.is_contiguous() or not k.is_contiguous() or unused):
+        raise ValueError("the prototype takes contiguous bf16 rows, neox rotary over the "
+                         "whole head, plain weights and an fp32 table only")
+    outs = (q, k) if inplace else (q_out, k_out)
+    q, k = q.view(-1, *q.shape[-2:]), k.view(-1, *k.shape[-2:])
+    qo, ko = (x.view(-1, *x.shape[-2:]) for x in outs)
+    positions = positions.reshape(-1)
+    T, HQ, _ = q.shape
+    HK = k.shape[1]
+    (pq, pk), _ = fused_tiles(T, HQ, HK, D, D, q.device, q.element_size())
+    programs, qc, kc = plan.qk_grid(T, pq, pk)
+    warps = max(pq.num_warps, pk.num_warps)
+    r2 = D // 2
+    proto_kernel[(programs,)](
+        q, k, qo, ko, q_weight, k_weight, cos_sin_cache, positions,
+        T, HQ, HK, eps, cos_sin_cache.shape[0],
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
+        cos_sin_cache.stride(0), positions.stride(0),
+        pq.programs, pq.head_blocks, pk.head_blocks, D, r2,
+        pq.block_t, pq.block_h, pk.block_t, pk.block_h, qc, kc,
+        row_layout(pq.block_t, pq.block_h, r2, warps),
+        row_layout(pk.block_t, pk.block_h, r2, warps),
+        copy_layout(pq.block_t, r2, warps), copy_layout(pk.block_t, r2, warps),
+        VARIANTS[variant], num_warps=warps, enable_fp_fusion=False)
+    return outs
+
+
+def compiled_for_sm90(tokens: int, heads_q: int, heads_k: int, variant: str):
+    """Compile the prototype for sm_90 without a device, at the fused route's plan (as on
+    an H200: ``scripts/kernel_ir.py``'s stand-ins)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from qkbench.kernels import plan
+    from qkbench.kernels.fused import fused_tiles
+
+    device = torch.device("cuda", 0)
+    (pq, pk), _ = fused_tiles(tokens, heads_q, heads_k, 128, 128, device)
+    _, qc, kc = plan.qk_grid(tokens, pq, pk)
+    warps = max(pq.num_warps, pk.num_warps)
+    constants = dict(QHB=pq.head_blocks, KHB=pk.head_blocks, D=128, R2=64,
+                     BTQ=pq.block_t, BHQ=pq.block_h, BTK=pk.block_t, BHK=pk.block_h,
+                     QC=qc, KC=kc, L3Q=row_layout(pq.block_t, pq.block_h, 64, warps),
+                     L3K=row_layout(pk.block_t, pk.block_h, 64, warps),
+                     CLQ=copy_layout(pq.block_t, 64, warps),
+                     CLK=copy_layout(pk.block_t, 64, warps), ASYNC=VARIANTS[variant])
+    hq, hk = heads_q * 128, heads_k * 128
+    ints = dict(T=tokens, HQ=heads_q, HK=heads_k, max_pos=40960, stride_qt=hq, stride_qh=128,
+                stride_kt=hk, stride_kh=128, stride_qot=hq, stride_qoh=128, stride_kot=hk,
+                stride_koh=128, stride_cs=128, stride_pos_t=1, q_programs=pq.programs)
+    types = dict.fromkeys(("q_ptr", "k_ptr", "qo_ptr", "ko_ptr", "qw_ptr", "kw_ptr"), "*bf16")
+    types.update(cs_ptr="*fp32", pos_ptr="*i64", eps="fp32")
+    signature, attrs = {}, {}
+    # As the JIT specialises: an integer of 1 is a constant, one divisible by 16 says so.
+    for i, name in enumerate(proto_kernel.arg_names):
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name in types:
+            signature[name] = types[name]
+            if name.endswith("_ptr"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif ints[name] == 1 and name not in proto_kernel.do_not_specialize:
+            signature[name], constants[name] = "constexpr", 1
+        else:
+            signature[name] = "i32"
+            if ints[name] % 16 == 0 and name not in proto_kernel.do_not_specialize:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = GluonASTSource(proto_kernel, signature, constants, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps, "enable_fp_fusion": False}), (pq, pk)
