@@ -174,7 +174,8 @@ def copy_layout(bt: int, r2: int, warps: int) -> gl.BlockedLayout:
 
 def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, eps=1e-6,
                        rotary_dim=None, style="neox", weight_mode="plain", inplace=True,
-                       q_out=None, k_out=None, variant="async", **unused):
+                       q_out=None, k_out=None, mrope_section=None, variant="async",
+                       **unused):
     """The fused op for the prototype's cases, on the fused route's launch plan."""
     from qkbench.kernels import plan
     from qkbench.kernels.fused import fused_tiles
@@ -182,7 +183,8 @@ def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, ep
     D = q.shape[-1]
     if (style != "neox" or weight_mode != "plain" or rotary_dim not in (None, D)
             or q.dtype != torch.bfloat16 or cos_sin_cache.dtype != torch.float32
-            or not q.is_contiguous() or not k.is_contiguous() or unused):
+            or not q.is_contiguous() or not k.is_contiguous() or mrope_section is not None
+            or set(unused) - {"mrope_layout"}):
         raise ValueError("the prototype takes contiguous bf16 rows, neox rotary over the "
                          "whole head, plain weights and an fp32 table only")
     outs = (q, k) if inplace else (q_out, k_out)
