@@ -116,17 +116,9 @@ def qk_norm_rope_kernel(
     OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr, PREFETCH_PERIOD: tl.constexpr,
-    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr, PREFETCH_RAMP: tl.constexpr,
+    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    if PREFETCH_RAMP:  # noqa: SIM102 (compile time)
-        # No program before them asks for the first ``prefetch_ahead`` blocks' rows (the
-        # steady prefetch below reaches that far ahead only): the launch's first programs
-        # ask for one block each before their own tiles, so the blocks that start after the
-        # first wave find their rows in the L2.
-        if pid < prefetch_ahead:
-            prefetch_table(cs_ptr, pos_ptr, pid, T, max_pos, stride_cs, stride_pos_t, R2,
-                           PREFETCH_TOKENS, PREFETCH_ASM)
     is_q, tb, hb = qk_tile(pid, q_programs, QC, KC, q_head_blocks, k_head_blocks)
     if is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
@@ -218,8 +210,7 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
          pdl_variant, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
          # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
-         period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None,
-         bool(period) and plan.SETTINGS.table_prefetch_ramp),
+         period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
          **({"launch_pdl": True} if pdl_variant else {})},

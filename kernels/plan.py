@@ -102,10 +102,6 @@ class Settings:
     # l2policy-cc5c7af-prefetch-in-tiles). The 4 % sits between those shares unmeasured.
     table_prefetch_per_sm: float = 16
     table_prefetch_min_share: float = 0.04
-    # Where the table is prefetched, the launch's first ``ahead`` programs also ask the L2
-    # for the rows of the first ``ahead`` blocks, which the steady prefetch never reaches
-    # (a third of the tokens at (16,2) x 128, T = 8192).
-    table_prefetch_ramp: bool = False
     # A PDL launch of more warps than this a multiprocessor waits for the launch before it
     # first and lets the next start as its programs exit (``pdl_variant`` 2); a smaller one
     # (decode widths) reads its positions, table rows and weights, waits, loads its rows

@@ -3,7 +3,7 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|pdl|prefetch|ramp|programs|program-warps|tiles-3.8
+        [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps|tiles-3.8
                 |norm|rope]
         [--geometries d128|d128-dit|goals]
         [--cold] [--route fused|split]
@@ -86,13 +86,9 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         # Wherever a launch past the L2 runs in chunks, whatever the table's share.
         "prefetch-any-share": {"table_prefetch_min_share": 0},
     },
-    # The first blocks' table rows asked for by the launch's first programs, and the rules
-    # past the L2 (k tiles of few tokens, the table prefetch) for rows that fit in it but
-    # come from DRAM (``--cold``).
-    "ramp": {
-        "default": {}, "default-again": {}, "prefetch-ramp": {"table_prefetch_ramp": True},
-        "past-l2": {"l2_bytes": 1}, "past-l2-ramp": {"l2_bytes": 1, "table_prefetch_ramp": True},
-    },
+    # The rules past the L2 (k tiles of few tokens, the table prefetch) for rows that fit in
+    # it, whose rows come from DRAM under ``--cold``.
+    "past-l2": {"default": {}, "default-again": {}, "past-l2": {"l2_bytes": 1}},
     # Smaller programs: one launch copying the rows ran fastest at 1024 elements a program.
     "programs": {
         "default": {}, "default-again": {},
