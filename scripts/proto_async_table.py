@@ -4,17 +4,21 @@ round trips (position, then row) are what the fused kernel pays over a copy of i
 
 The kernel follows ``kernels.fused`` for neox rotary over the whole head, plain weights,
 bf16 rows and an fp32 table, on the launch the fused route plans (its tiles, chunks and
-warps), with the same pairwise tree, so its bits should equal the split route's. Two
+warps). It calls the fused kernel's own functions of ``kernels.tiles`` (the tile order,
+the pairwise tree, the norm, the rotation), so its bits equal the split route's. Three
 variants (``variant``):
 
 * ``sync``: the table row loaded once per token in the rows' layout sliced over the heads
   (each thread its own channels once, broadcast over its heads in registers), where the
   shipped kernel loads it once per head;
 * ``async``: the same row copied into shared memory (``cp.async``) as soon as the position
-  is known, and read from there after the norm: no register waits on it meanwhile.
+  is known, and read from there after the norm: no register waits on it meanwhile;
+* ``async-rows``: the rows copied into shared memory too, in a commit group ahead of the
+  table's, so that ptxas issues the table's copy before the rows are waited for (alone, it
+  moves it after the row loads).
 
-``python scripts/bench_l2_policy.py --arms async-table`` times both beside the fused
-kernel with its null arm.
+``python scripts/bench_l2_policy.py --arms async-table`` times them beside the fused
+kernel with its null arm (docs/kernel-notes.md, 2026-12-05, a seventh session).
 """
 
 import torch
@@ -23,15 +27,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
+from qkbench.kernels.tiles import inv_rms, norm_weight, normalize, pairs_sumsq, qk_tile, rotate
+
 VARIANTS = {"sync": 0, "async": 1, "async-rows": 2}
-
-
-@gluon.jit
-def _tree(x, N: gl.constexpr, BT: gl.constexpr, BH: gl.constexpr):
-    """``tiles.pairwise_sum`` of ``x: [BT, BH, N]`` down to ``[BT, BH]``."""
-    for level in gl.static_range(N.bit_length() - 1):
-        x = gl.sum(gl.reshape(x, (BT, BH, N // (2 << level), 2)), axis=3)
-    return gl.reshape(x, (BT, BH))
 
 
 @gluon.jit
@@ -67,8 +65,8 @@ def _tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
     mask = (t3 < T) & (h3 < H)
     x_row = x_ptr + t3.to(gl.int64) * stride_xt + h3.to(gl.int64) * stride_xh
     o_row = o_ptr + t3.to(gl.int64) * stride_ot + h3.to(gl.int64) * stride_oh
-    w1 = gl.expand_dims(gl.expand_dims(gl.load(w_ptr + i).to(gl.float32), 0), 1)
-    w2 = gl.expand_dims(gl.expand_dims(gl.load(w_ptr + R2 + i).to(gl.float32), 0), 1)
+    w1 = gl.expand_dims(gl.expand_dims(norm_weight(w_ptr, i, i < D, False), 0), 1)
+    w2 = gl.expand_dims(gl.expand_dims(norm_weight(w_ptr, R2 + i, R2 + i < D, False), 0), 1)
     if ASYNC == 2:
         # The rows copied too, in the rows' own layout (each thread reads back only what it
         # copied, so only the table needs a barrier), before the table's copy: ptxas keeps
@@ -100,21 +98,17 @@ def _tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
         x1 = gl.load(x_row + i3, mask=mask, other=0.0).to(gl.float32)
         x2 = gl.load(x_row + R2 + i3, mask=mask, other=0.0).to(gl.float32)
 
-    sumsq = _tree(x1 * x1, R2, BT, BH) + _tree(x2 * x2, R2, BT, BH)
-    rstd = gl.expand_dims(gl.convert_layout(gl.rsqrt(sumsq / D + eps),
-                                            gl.SliceLayout(2, L3)), 2)
-    y1 = (x1 * rstd * w1).to(dtype).to(gl.float32)
-    y2 = (x2 * rstd * w2).to(dtype).to(gl.float32)
+    sumsq = pairs_sumsq(x1, x2, R2, True, BT, BH)
+    rstd = gl.convert_layout(inv_rms(sumsq, D, eps), gl.SliceLayout(2, L3))
+    y1 = normalize(x1, rstd, w1, dtype)
+    y2 = normalize(x2, rstd, w2, dtype)
     if ASYNC:
         cp.wait_group(0)
         gl.thread_barrier()
         c = tab.slice(0, R2, dim=1).load(LC)
         s = tab.slice(R2, R2, dim=1).load(LC)
-    c3 = gl.expand_dims(c, 1)
-    s3 = gl.expand_dims(s, 1)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
-    o1 = gl.where(v3, y1 * c3 - y2 * s3, float("nan"))
-    o2 = gl.where(v3, y2 * c3 + y1 * s3, float("nan"))
+    o1, o2 = rotate(y1, y2, gl.expand_dims(c, 1), gl.expand_dims(s, 1), v3)
     gl.store(o_row + i3, o1.to(dtype), mask=mask)
     gl.store(o_row + R2 + i3, o2.to(dtype), mask=mask)
 
@@ -130,18 +124,7 @@ def proto_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr,
                  QC: gl.constexpr, KC: gl.constexpr,
                  L3Q: gl.constexpr, L3K: gl.constexpr, CLQ: gl.constexpr, CLK: gl.constexpr,
                  ASYNC: gl.constexpr):
-    # ``tiles.qk_tile``: chunks of QC q tiles then KC k tiles, or every q tile first.
-    pid = gl.program_id(0)
-    if QC:
-        chunk = pid // (QC + KC)
-        r = pid - chunk * (QC + KC)
-        is_q = r < QC
-        tile = gl.where(is_q, chunk * QC + r, chunk * KC + r - QC)
-    else:
-        is_q = pid < q_programs
-        tile = gl.where(is_q, pid, pid - q_programs)
-    tb = gl.where(is_q, tile // QHB, tile // KHB)
-    hb = tile - tb * gl.where(is_q, QHB, KHB)
+    is_q, tb, hb = qk_tile(gl.program_id(0), q_programs, QC, KC, QHB, KHB)
     if is_q:
         _tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, tb, hb, T, HQ, eps, max_pos,
               stride_qt, stride_qh, stride_qot, stride_qoh, stride_cs, stride_pos_t,
