@@ -4,7 +4,7 @@ left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps|tiles-3.8
-                |norm|rope]
+                |norm|rope|async-table|persistent]
         [--geometries d128|d128-dit|goals]
         [--cold] [--route fused|split]
 
@@ -71,6 +71,12 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "async-table": {
         "default": {}, "default-again": {}, "gluon-sync": {PROTOTYPE: "sync"},
         "gluon-async": {PROTOTYPE: "async"}, "gluon-async-rows": {PROTOTYPE: "async-rows"},
+    },
+    # Persistent programs (2 or 4 a multiprocessor), each copying the next item's rows and
+    # table rows into shared memory while it computes the current one.
+    "persistent": {
+        "default": {}, "default-again": {}, "persistent-2": {PROTOTYPE: "persistent-2"},
+        "persistent-4": {PROTOTYPE: "persistent-4"},
     },
     # Programmatic Dependent Launch (the ``pdl`` call option) by the plan's rule, and in
     # each of its variants (``plan.Settings.pdl_variant``).

@@ -30,6 +30,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from qkbench.kernels.tiles import inv_rms, norm_weight, normalize, pairs_sumsq, qk_tile, rotate
 
 VARIANTS = {"sync": 0, "async": 1, "async-rows": 2}
+# Persistent variants: programs a multiprocessor.
+PERSISTENT = {"persistent-2": 2, "persistent-4": 4}
 
 
 @gluon.jit
@@ -176,6 +178,16 @@ def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, ep
     positions = positions.reshape(-1)
     T, HQ, _ = q.shape
     HK = k.shape[1]
+    if variant in PERSISTENT:
+        args = persistent_args(T, HQ, HK, D)
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        programs = min(-(-T // args["BT"]), sms * PERSISTENT[variant])
+        persistent_kernel[(programs,)](
+            q, k, qo, ko, q_weight, k_weight, cos_sin_cache, positions,
+            T, eps, cos_sin_cache.shape[0], q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+            qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1), cos_sin_cache.stride(0),
+            positions.stride(0), **args, num_warps=4, enable_fp_fusion=False)
+        return outs
     (pq, pk), _ = fused_tiles(T, HQ, HK, D, D, q.device, q.element_size())
     programs, qc, kc = plan.qk_grid(T, pq, pk)
     warps = max(pq.num_warps, pk.num_warps)
@@ -238,3 +250,151 @@ def compiled_for_sm90(tokens: int, heads_q: int, heads_k: int, variant: str):
     src = GluonASTSource(proto_kernel, signature, constants, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": warps, "enable_fp_fusion": False}), (pq, pk)
+
+
+# -- Persistent programs, one item (BT tokens, every q and k head) ahead in shared memory --
+
+
+@gluon.jit
+def _issue(x_ptr, buf, item, T, H: gl.constexpr, stride_t, stride_h, D: gl.constexpr,
+           BT: gl.constexpr, HP: gl.constexpr, CR: gl.constexpr):
+    """Copy the rows of ``item``'s tokens into ``buf: [BT, HP, D]`` (heads past H and
+    tokens past T zero-filled)."""
+    t = item * BT + gl.arange(0, BT, layout=gl.SliceLayout(1, gl.SliceLayout(2, CR)))
+    h = gl.arange(0, HP, layout=gl.SliceLayout(0, gl.SliceLayout(2, CR)))
+    d = gl.arange(0, D, layout=gl.SliceLayout(0, gl.SliceLayout(1, CR)))
+    t3 = gl.expand_dims(gl.expand_dims(t, 1), 2)
+    h3 = gl.expand_dims(gl.expand_dims(h, 0), 2)
+    d3 = gl.expand_dims(gl.expand_dims(d, 0), 1)
+    src = x_ptr + t3.to(gl.int64) * stride_t + h3.to(gl.int64) * stride_h + d3
+    cp.async_copy_global_to_shared(buf, src, mask=(t3 < T) & (h3 < H))
+
+
+@gluon.jit
+def _issue_table(cs_ptr, pos_ptr, buf, item, T, max_pos, stride_cs, stride_pos_t,
+                 R2: gl.constexpr, BT: gl.constexpr, CL: gl.constexpr):
+    t = item * BT + gl.arange(0, BT, layout=gl.SliceLayout(1, CL))
+    pos = gl.load(pos_ptr + t.to(gl.int64) * stride_pos_t, mask=t < T, other=0).to(gl.int64)
+    valid = (pos >= 0) & (pos < max_pos) & (t < T)
+    col = gl.arange(0, 2 * R2, layout=gl.SliceLayout(0, CL))
+    src = cs_ptr + gl.expand_dims(gl.where(valid, pos, 0) * stride_cs, 1) + gl.expand_dims(col, 0)
+    cp.async_copy_global_to_shared(buf, src, mask=gl.expand_dims(valid, 1))
+
+
+@gluon.jit
+def _finish(rows, tab, o_ptr, w_ptr, pos_ptr, item, T, H: gl.constexpr, eps, max_pos,
+            stride_ot, stride_oh, stride_pos_t, D: gl.constexpr, R2: gl.constexpr, BT: gl.constexpr,
+            BH: gl.constexpr, L3: gl.constexpr):
+    """Normalise and rotate the rows of ``item`` held in ``rows: [BT, HP, D]``, in head
+    blocks of ``BH``, and store them."""
+    dtype: gl.constexpr = o_ptr.dtype.element_ty
+    LC: gl.constexpr = gl.SliceLayout(1, L3)
+    LT: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    LR: gl.constexpr = gl.SliceLayout(0, LC)
+    t = item * BT + gl.arange(0, BT, layout=LT)
+    pos = gl.load(pos_ptr + t.to(gl.int64) * stride_pos_t, mask=t < T, other=0).to(gl.int64)
+    v3 = gl.expand_dims(gl.expand_dims((pos >= 0) & (pos < max_pos) & (t < T), 1), 2)
+    c = gl.expand_dims(tab.slice(0, R2, dim=1).load(LC), 1)
+    s = gl.expand_dims(tab.slice(R2, R2, dim=1).load(LC), 1)
+    i = gl.arange(0, R2, layout=LR)
+    i3 = gl.expand_dims(gl.expand_dims(i, 0), 1)
+    w1 = gl.expand_dims(gl.expand_dims(norm_weight(w_ptr, i, i < D, False), 0), 1)
+    w2 = gl.expand_dims(gl.expand_dims(norm_weight(w_ptr, R2 + i, R2 + i < D, False), 0), 1)
+    t3 = gl.expand_dims(gl.expand_dims(t, 1), 2)
+    for hb in gl.static_range((H + BH - 1) // BH):
+        h = hb * BH + gl.arange(0, BH, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+        h3 = gl.expand_dims(gl.expand_dims(h, 0), 2)
+        if hb:
+            # Keeps ptxas from reading every block's rows ahead (128-163 registers).
+            gl.thread_barrier()
+        block = rows.slice(hb * BH, BH, dim=1)
+        x1 = block.slice(0, R2, dim=2).load(L3).to(gl.float32)
+        x2 = block.slice(R2, R2, dim=2).load(L3).to(gl.float32)
+        sumsq = pairs_sumsq(x1, x2, R2, True, BT, BH)
+        rstd = gl.convert_layout(inv_rms(sumsq, D, eps), gl.SliceLayout(2, L3))
+        o1, o2 = rotate(normalize(x1, rstd, w1, dtype), normalize(x2, rstd, w2, dtype), c, s,
+                        v3)
+        o_row = o_ptr + t3.to(gl.int64) * stride_ot + h3.to(gl.int64) * stride_oh
+        mask = (t3 < T) & (h3 < H)
+        gl.store(o_row + i3, o1.to(dtype), mask=mask)
+        gl.store(o_row + R2 + i3, o2.to(dtype), mask=mask)
+
+
+@gluon.jit(do_not_specialize=["T", "max_pos"])
+def persistent_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr,
+                      T, eps, max_pos, stride_qt, stride_qh, stride_kt, stride_kh,
+                      stride_qot, stride_qoh, stride_kot, stride_koh, stride_cs, stride_pos_t,
+                      HQ: gl.constexpr, HK: gl.constexpr, D: gl.constexpr, BT: gl.constexpr,
+                      HQP: gl.constexpr, HKP: gl.constexpr, BHQ: gl.constexpr,
+                      BHK: gl.constexpr, CRQ: gl.constexpr, CRK: gl.constexpr,
+                      CL: gl.constexpr, L3Q: gl.constexpr, L3K: gl.constexpr):
+    R2: gl.constexpr = D // 2
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    # Two stages of each (the layout is a stage's): the item computed, and the next one.
+    rows: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
+    sq = gl.allocate_shared_memory(dtype, [2, BT, HQP, D], rows)
+    sk = gl.allocate_shared_memory(dtype, [2, BT, HKP, D], rows)
+    st = gl.allocate_shared_memory(gl.float32, [2, BT, 2 * R2],
+                                   gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    count = gl.cdiv(gl.cdiv(T, BT) - pid, programs)
+    _issue(q_ptr, sq.index(0), pid, T, HQ, stride_qt, stride_qh, D, BT, HQP, CRQ)
+    _issue(k_ptr, sk.index(0), pid, T, HK, stride_kt, stride_kh, D, BT, HKP, CRK)
+    _issue_table(cs_ptr, pos_ptr, st.index(0), pid, T, max_pos, stride_cs, stride_pos_t, R2,
+                 BT, CL)
+    cp.commit_group()
+    for n in range(count):
+        item = pid + n * programs
+        nxt = item + programs
+        ahead = (n + 1) % 2
+        _issue(q_ptr, sq.index(ahead), nxt, T, HQ, stride_qt, stride_qh, D, BT, HQP, CRQ)
+        _issue(k_ptr, sk.index(ahead), nxt, T, HK, stride_kt, stride_kh, D, BT, HKP, CRK)
+        _issue_table(cs_ptr, pos_ptr, st.index(ahead), nxt, T, max_pos, stride_cs,
+                     stride_pos_t, R2, BT, CL)
+        cp.commit_group()
+        cp.wait_group(1)
+        gl.thread_barrier()
+        stage = n % 2
+        _finish(sq.index(stage), st.index(stage), qo_ptr, qw_ptr, pos_ptr, item, T, HQ, eps,
+                max_pos, stride_qot, stride_qoh, stride_pos_t, D, R2, BT, BHQ, L3Q)
+        _finish(sk.index(stage), st.index(stage), ko_ptr, kw_ptr, pos_ptr, item, T, HK, eps,
+                max_pos, stride_kot, stride_koh, stride_pos_t, D, R2, BT, BHK, L3K)
+        gl.thread_barrier()
+    cp.wait_group(0)
+
+
+def tile_layout(bt: int, bh: int, r2: int, warps: int) -> gl.BlockedLayout:
+    """``[bt, bh, r2]`` bf16 pairs over every thread once: vectors of up to 16 bytes along
+    the channels, then threads over the heads and tokens, warps over the heads first."""
+    vec = max(1, min(8, bt * bh * r2 // (32 * warps)))
+    along = min(32, r2 // vec)
+    heads = min(32 // along, bh)
+    tokens = 32 // along // heads
+    wh = max(1, min(warps, bh // heads))
+    assert tokens * (warps // wh) <= bt, "the tile is smaller than the threads"
+    return gl.BlockedLayout([1, 1, vec], [tokens, heads, along], [warps // wh, wh, 1],
+                            [2, 1, 0])
+
+
+def persistent_args(T: int, HQ: int, HK: int, D: int, warps: int = 4) -> dict:
+    """The persistent kernel's compile-time arguments: items of the fewest tokens BT whose
+    head blocks (at most 32 rows a block, dividing the heads) give every thread a 16-byte
+    vector of each half row."""
+    from qkbench.kernels.plan import next_pow2
+
+    def block(h: int, bt: int) -> int:
+        b = 1
+        while b * 2 <= 32 // bt and h % (b * 2) == 0:
+            b *= 2
+        return b
+
+    bt = 1
+    while bt < 32 and bt * min(block(HQ, bt), block(HK, bt)) * D // 2 < 8 * 32 * warps:
+        bt *= 2
+    bhq, bhk = block(HQ, bt), block(HK, bt)
+    hqp, hkp = next_pow2(HQ), next_pow2(HK)
+    return dict(HQ=HQ, HK=HK, D=D, BT=bt, HQP=hqp, HKP=hkp, BHQ=bhq, BHK=bhk,
+                CRQ=tile_layout(bt, hqp, D, warps), CRK=tile_layout(bt, hkp, D, warps),
+                CL=copy_layout(bt, D // 2, warps), L3Q=tile_layout(bt, bhq, D // 2, warps),
+                L3K=tile_layout(bt, bhk, D // 2, warps))
