@@ -405,11 +405,11 @@ def _case(archive: dict, proto: Protocol, p: dict, case_index: int, case: Case,
     if [(c["baseline"], c["candidate"]) for c in comps] != pairs:
         problems.append(f"{where}: comparisons {[(c['baseline'], c['candidate']) for c in comps]}"
                         f", not the protocol's {pairs}")
-    # Per arm, the warm-up counts the sample plan allows: today's rule's, and the rule's
-    # before 2026-12-05 (``sample_plan``'s sync_carries), which differ blocked without warm-up.
+    # Per arm, the warm-up counts the sample plan allows: today's rule's and the earlier
+    # rules' (``sample_plan``), which differ only without a warm-up.
     untimed = [Counter(a for a, timed in zip(plan.arms, plan.timed, strict=True) if not timed)
-               for plan in (sample_plan(3, t.warmup, t.samples, t.schedule, t.chunk, carries)
-                            for carries in (True, False))]
+               for plan in (sample_plan(3, t.warmup, t.samples, t.schedule, t.chunk, *rule)
+                            for rule in ((True, True), (True, False), (False, False)))]
     warmups = [sorted({counts[i] for counts in untimed}) for i in range(3)]
     for k, comp in enumerate(comps):
         bad = [r for r in (comp["baseline"], comp["candidate"])

@@ -9,7 +9,7 @@ resolved slower. ``summarize`` reads both archives' summaries; nothing here prin
 
 from qkbench import routes
 from qkbench.errors import ProtocolError, QkbenchError, RouteError
-from qkbench.protocol import Protocol
+from qkbench.protocol import Protocol, measuring_timing
 from qkbench.summary import current
 
 # One extra call in 32 and in 8: +3.1 % and +12.5 % of the route's own work.
@@ -94,6 +94,11 @@ def check_pair(aa: dict, planted: dict) -> None:
                                          for k in ("tokens", "geometries")):
         raise QkbenchError("--aa and --planted-run ran different protocols or cells: give "
                            "the two archives of one calibration")
+    ta, tb = measuring_timing(aa), measuring_timing(planted)
+    if ta != tb:
+        differ = ", ".join(f"{k} {ta[k]} against {tb[k]}" for k in ta if ta[k] != tb[k])
+        raise QkbenchError(f"--aa and --planted-run were timed differently ({differ}): give "
+                           "the two archives of one calibration")
     for option, archive in (("--aa", aa), ("--planted-run", planted)):
         if not current(archive):
             raise QkbenchError(f"{option}: the run has no summary yet: no pass has finished")
@@ -128,25 +133,53 @@ def summarize(aa: dict, planted: dict) -> dict:
     rows = list(cases.values())
     planted_cells = [p for c in rows for p in c["planted"]]
     beyond = [p for p in planted_cells if p["exceeds_width"]]
+    # A cell with no estimate (unstable, or its passes failed) could not be judged either
+    # way: it is neither a false verdict nor a miss, and is counted apart.
+    judged = [c for c in rows if c["aa"] is not None and c["aa"]["estimate"] is not None]
     return {
         "route": aa_comp["baseline"],
         "cases": rows,
-        "false_verdicts": sum(c["aa"] is not None and c["aa"]["verdict"] in VERDICTS
-                              for c in rows),
-        "aa_cells": sum(c["aa"] is not None for c in rows),
+        "false_verdicts": sum(c["aa"]["verdict"] in VERDICTS for c in judged),
+        "aa_cells": len(judged),
+        "aa_unjudged": sum(c["aa"] is not None for c in rows) - len(judged),
         "planted_resolved": sum(p["verdict"] == "slower" for p in planted_cells),
         "planted_cells": len(planted_cells),
+        "planted_unjudged": sum(p["estimate"] is None for p in planted_cells),
         "wrong_sign": sum(p["verdict"] == "faster" for p in planted_cells),
         "resolved_beyond_width": sum(p["verdict"] == "slower" for p in beyond),
         "beyond_width": len(beyond),
+        # Estimated, larger than the width, and still not resolved: the method missed it.
+        "missed": sum(p["estimate"] is not None and p["verdict"] not in VERDICTS
+                      for p in beyond),
     }
 
 
 def summary_line(result: dict) -> str:
     """The one line a user reads last."""
+    unjudged = [f"{result[k]} {what}" for k, what in (("aa_unjudged", "A/A"),
+                                                      ("planted_unjudged", "planted"))
+                if result[k]]
     return (f"calibrate {result['route']}: false verdicts {result['false_verdicts']}/"
             f"{result['aa_cells']}, planted effects resolved {result['planted_resolved']}/"
             f"{result['planted_cells']} ({result['resolved_beyond_width']}/"
             f"{result['beyond_width']} of those larger than their cell's width"
             + (f"; {result['wrong_sign']} with the wrong sign" if result["wrong_sign"] else "")
-            + ")")
+            + ")" + (f"; cells without an estimate: {', '.join(unjudged)}" if unjudged else ""))
+
+
+def failures(result: dict) -> list[str]:
+    """Why a calibration does not prove the method here (none: it does). A false verdict
+    or a planted effect with the wrong sign is an error; so is a planted effect larger than
+    its cell's width, estimated and still unresolved, and an A/A run with no cell judged,
+    which proves nothing."""
+    reasons = []
+    if result["false_verdicts"]:
+        reasons.append(f"{result['false_verdicts']} false verdicts")
+    if result["wrong_sign"]:
+        reasons.append(f"{result['wrong_sign']} planted effects with the wrong sign")
+    if result["missed"]:
+        reasons.append(f"{result['missed']} planted effects larger than their cell's width "
+                       "left unresolved")
+    if not result["aa_cells"]:
+        reasons.append("no A/A cell had an estimate, so none could be judged")
+    return reasons

@@ -291,7 +291,9 @@ def calibrate(
     The A/A run times one route against itself (any verdict but unresolved is false); the
     planted run against itself plus extra calls of known size (each must be resolved
     slower). Ends with one line: false verdicts k/n, planted effects resolved m/n. Exit 1 on
-    a false verdict or a planted effect with the wrong sign."""
+    a false verdict, a planted effect with the wrong sign, a planted effect larger than its
+    cell's width estimated and left unresolved, or an A/A run in which no cell had an
+    estimate (a cell without one, unstable, is counted apart, not judged)."""
     try:
         if (aa is None) != (planted_run is None):
             raise QkbenchError("--aa and --planted-run go together (the two archives of one "
@@ -328,8 +330,9 @@ def calibrate(
         result = calibration.summarize(runs["aa"], runs["planted"])
         out.print(report.Fitted(report.calibration_table(result)))
         line = calibration.summary_line(result)
-        if result["false_verdicts"] or result["wrong_sign"]:
-            raise QkbenchError(line)
+        failed = calibration.failures(result)
+        if failed:
+            raise QkbenchError(f"{line}: {'; '.join(failed)}")
         out.print(line, highlight=False, soft_wrap=True)
     except QkbenchError as e:
         _fail(e)

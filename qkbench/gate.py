@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from qkbench.errors import FAIL, INCONCLUSIVE, PASS, GateError
-from qkbench.protocol import launch_state_of
+from qkbench.protocol import launch_state_of, measuring_timing
 
 # The verdict of a cell that a route does not support: no one's fault.
 NOT_SUPPORTED = "n/s"
@@ -144,15 +144,16 @@ def regressions(summary: dict, tolerance: float) -> list[Cell]:
 
 def identity(archive: dict) -> dict[str, object]:
     """What two archives must share to be compared: protocol text, the cells picked from it,
-    device, routes and the launch state their arms were timed in (which moves a route
-    beside a PDL one by 9-12 % on the H200; an archive from before the setting ran as
-    found)."""
+    device, routes, the timing settings that shape a sample (``measuring_timing``) and the
+    launch state their arms were timed in (which moves a route beside a PDL one by 9-12 % on
+    the H200; an archive from before the setting ran as found)."""
     env, resolved = archive["environment"], archive["protocol"]["resolved"]
     return {"protocol sha256": archive["protocol"]["sha256"],
             "tokens": list(resolved["tokens"]),
             "geometries": [g["name"] for g in resolved["geometries"]],
             "device": (env.get("gpu") or {}).get("name") or archive["settings"]["device"],
             "routes": list(resolved["routes"]),
+            **measuring_timing(archive),
             "launch state": launch_state_of(archive)}
 
 

@@ -487,6 +487,21 @@ def rebuild(recorded: dict) -> Protocol:
     return replace(proto, path=recorded.get("path") or "")
 
 
+# The timing settings that change what a sample measures or which passes count, which a
+# run's options may set apart from its protocol's text (``--cache``, ``--inner-reps``, ...).
+# The sample and pass counts, retries, seed and pass timeout change only how precise or how
+# robust a run is.
+MEASURING_TIMING = ("cache", "inner_reps", "schedule", "isolation", "warmup", "chunk",
+                    "drop_threshold", "clock_threshold", "drop_throttled")
+
+
+def measuring_timing(archive: dict) -> dict[str, object]:
+    """A run archive's ``MEASURING_TIMING`` settings: two runs that differ in one measured
+    different things, whatever their protocol's text."""
+    timing = archive["protocol"]["resolved"]["timing"]
+    return {key: timing[key] for key in MEASURING_TIMING}
+
+
 def launch_state_of(archive: dict) -> str:
     """The launch state a run archive's arms were timed in (an archive from before the
     setting records none, and ran as its default does)."""

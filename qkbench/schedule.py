@@ -37,16 +37,20 @@ class SamplePlan:
 
 
 def sample_plan(arms: int, warmup: int, samples: int, schedule: str, chunk: int,
-                sync_carries: bool = True) -> SamplePlan:
+                sync_carries: bool = True, starts_after_sync: bool = True) -> SamplePlan:
     """The plan of one comparison: every arm gets ``samples`` timed samples.
 
     ``interleaved``: rounds of one sample of each arm in turn (A B A' A B A' ...), so slow
     drifts and warm-up land on every arm alike; ``blocked``: all rounds of one arm, then
     the next (a round is one sample). The host synchronises after every ``chunk`` rounds,
     and the round after a synchronisation is discarded, whichever arm it holds.
-    ``sync_carries`` False is the rule before 2026-12-05, under which a blocked arm's first
-    round was timed after a synchronisation when there was no warm-up (``audit`` reads
-    archives made by it).
+    The first round follows a synchronisation too: the backend's own, after it prepares
+    the arms (graph capture, priming).
+
+    Rules of earlier versions, which ``audit`` reads archives by, differ only without a
+    warm-up: ``starts_after_sync`` False (until 2026-12-05, a seventh session) timed the
+    first round; ``sync_carries`` False as well (before 2026-12-05) timed a blocked arm's
+    first round after a synchronisation.
     """
     if schedule == "interleaved":
         streams = [tuple(range(arms))]
@@ -59,10 +63,10 @@ def sample_plan(arms: int, warmup: int, samples: int, schedule: str, chunk: int,
     seq: list[int] = []
     timed: list[bool] = []
     syncs: list[int] = []
-    rounds, after_sync = 0, False
+    rounds, after_sync = 0, starts_after_sync
     for stream in streams:
         # after_sync carries over: a blocked arm's first round may follow a synchronisation.
-        got, r, after_sync = 0, 0, after_sync and sync_carries
+        got, r, after_sync = 0, 0, after_sync and (sync_carries or not seq)
         while got < samples:
             is_timed = r >= warmup and not after_sync
             seq += stream

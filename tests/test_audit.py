@@ -490,17 +490,19 @@ def test_audit_help_says_what_the_key_changes():
 
 
 
-@pytest.mark.parametrize("sync_carries", [True, False], ids=["today", "before-2026-12-05"])
+@pytest.mark.parametrize("rule", [(True, True), (True, False), (False, False)],
+                         ids=["today", "first-round-timed", "before-2026-12-05"])
 def test_a_blocked_run_without_warm_up_audits_clean_by_the_sample_plan_it_was_made_with(
-        tmp_path, monkeypatch, sync_carries):
+        tmp_path, monkeypatch, rule):
     from qkbench import schedule
 
     from synthetic import synthetic_sweep, tiny_protocol
 
     made_with = schedule.sample_plan
+    sync_carries, starts_after_sync = rule
 
     def plan(*args):
-        return made_with(*args, sync_carries=sync_carries)
+        return made_with(*args, sync_carries=sync_carries, starts_after_sync=starts_after_sync)
 
     monkeypatch.setattr(schedule, "sample_plan", plan)  # the worker's, not audit's
     # 64 samples, a synchronisation every 64 rounds: one falls between arms A and B.
@@ -509,5 +511,5 @@ def test_a_blocked_run_without_warm_up_audits_clean_by_the_sample_plan_it_was_ma
     run = archives.read(tmp_path / "run.json")
     warm = {len(a["warmup"]) for p in run["passes"] for c in p["cases"]
             for comp in c["comparisons"] for a in comp["arms"]}
-    assert (warm != {0}) == sync_carries  # the two rules differ here
+    assert (warm != {0}) == (rule != (False, False))  # the rules differ here
     assert audit(run) == []

@@ -2,6 +2,7 @@
 resolved slower (SPEC 4). The timing comes from the synthetic clock, which charges each
 arm for the work its launches declare (a planted route: 1 + 1/N)."""
 
+import copy
 import gzip
 import json
 
@@ -12,6 +13,7 @@ from qkbench import calibration
 from qkbench.cli import app
 from qkbench.errors import ProtocolError
 from qkbench.protocol import parse
+from qkbench.summary import current
 
 from conftest import interpreter_only
 from synthetic import synthetic_sweep, tiny_protocol
@@ -146,6 +148,40 @@ def test_the_runs_of_two_calibrations_are_not_read_as_one(unbiased, tmp_path):
     assert_one_error(report_from(tmp_path, aa, unbiased["planted"]),
                      "--aa and --planted-run ran different protocols or cells: give the two "
                      "archives of one calibration")
+
+
+def test_a_machine_on_which_every_cell_is_unstable_fails_calibration_proving_nothing(
+        tmp_path):
+    # One arm order's null arm always disagrees by 3 %: every cell of both runs is unstable.
+    runs = calibrate(tmp_path, order_null_bias={("B", "A", "A'"): 0.03})
+    result = report_from(tmp_path, runs["aa"], runs["planted"])
+    assert_one_error(result, "calibrate split: false verdicts 0/0, planted effects resolved "
+                     "0/4 (0/0 of those larger than their cell's width); cells without an "
+                     "estimate: 2 A/A, 4 planted: no A/A cell had an estimate, so none could "
+                     "be judged")
+
+
+def test_a_planted_effect_beyond_the_width_estimated_and_unresolved_is_a_failure(
+        unbiased, monkeypatch):
+    assert calibration.failures(calibration.summarize(unbiased["aa"], unbiased["planted"])) == []
+    # The planted run's summary with one +12.5 % cell as if its interval had reached zero.
+    missed = copy.deepcopy(current(unbiased["planted"]))
+    comp = next(c for c in missed["comparisons"] if c["candidate"] == "split+1/8")
+    comp["cases"][0]["effect"]["verdict"] = "unresolved"
+    monkeypatch.setattr(calibration, "current", lambda archive: missed if archive is unbiased[
+        "planted"] else current(archive))
+    result = calibration.summarize(unbiased["aa"], unbiased["planted"])
+    assert result["missed"] == 1
+    assert calibration.failures(result) == [
+        "1 planted effects larger than their cell's width left unresolved"]
+
+
+def test_runs_timed_with_other_measuring_settings_are_not_one_calibration(unbiased, tmp_path):
+    cold = calibration.protocols(parse(PROTOCOL).with_overrides(cache="cold"), "split", EVERY)
+    planted = synthetic_sweep(cold["planted"], tmp_path / "cold-planted.json.gz")
+    assert_one_error(report_from(tmp_path, unbiased["aa"], planted),
+                     "--aa and --planted-run were timed differently (cache hot against cold): "
+                     "give the two archives of one calibration")
 
 
 def test_a_run_option_with_archives_is_refused_not_ignored(unbiased, tmp_path):

@@ -47,6 +47,13 @@ RUNS = {
     "fused-slower": (PROTOCOL, {"effect": 0.10}),
     "launch-state-held": (parse(PROTOCOL).with_overrides(launch_state="pdl"),
                           {"effect": FUSED_GAIN, "seed": 1}),
+    # Run with options that change what a sample measures, or only how many there are.
+    "cache-cold": (parse(PROTOCOL).with_overrides(cache="cold"),
+                   {"effect": FUSED_GAIN, "seed": 1}),
+    "threshold-2pct": (parse(PROTOCOL).with_overrides(drop_threshold=0.02),
+                       {"effect": FUSED_GAIN, "seed": 1}),
+    "more-samples": (parse(PROTOCOL).with_overrides(samples=30),
+                     {"effect": FUSED_GAIN, "seed": 1}),
     # One arm order's null arm always disagrees: every cell is unstable.
     "unstable": (PROTOCOL, {"effect": FUSED_GAIN, "order_null_bias": {("B", "A", "A'"): 0.03}}),
     # The first pass's T = 1 disagrees, and so do its two replacements: that cell alone.
@@ -130,6 +137,22 @@ def test_archives_timed_in_different_launch_states_are_exit_2_naming_them(archiv
     assert_usage_error(across(archive, "base", "launch-state-held"),
                        "the archives cannot be compared: launch state: as-found in --baseline, "
                        "pdl in --candidate")
+
+
+@pytest.mark.parametrize(("run", "named"), [
+    ("cache-cold", "cache: hot in --baseline, cold in --candidate"),
+    ("threshold-2pct", "drop_threshold: 0.01 in --baseline, 0.02 in --candidate")])
+def test_archives_timed_with_other_measuring_settings_are_exit_2_naming_them(
+        archive, run, named):
+    # The same protocol text, run with an option that changes what is measured: a cold
+    # cache's effect is not a hot one's, however the code changed.
+    assert_usage_error(across(archive, "base", run), f"the archives cannot be compared: {named}")
+
+
+def test_archives_that_differ_only_in_how_many_samples_they_took_are_compared(archive):
+    result = across(archive, "base", "more-samples")
+    assert result.exit_code == 0, result.output
+    assert "cannot be compared" not in result.output
 
 
 def test_a_run_compared_with_itself_is_exit_2(archive, tmp_path):

@@ -273,6 +273,17 @@ def test_the_round_after_every_synchronisation_is_not_timed(schedule, chunk, war
         assert not any(plan.timed[p + 1:p + 1 + round_len]), f"timed after the sync at {p}"
 
 
+@pytest.mark.parametrize("schedule", ["interleaved", "blocked"])
+def test_without_warm_up_the_first_round_follows_the_setup_synchronisation_and_is_not_timed(
+        schedule):
+    # The backend synchronises after preparing the arms (graph capture, priming), so the
+    # plan's first round starts on an idle device whatever the warm-up.
+    plan = sample_plan(len(ARMS), 0, 30, schedule, 64)
+    round_len = len(ARMS) if schedule == "interleaved" else 1
+    assert not any(plan.timed[:round_len])
+    assert all(plan.timed[round_len:2 * round_len])
+
+
 # -- telemetry -----------------------------------------------------------------------------
 
 
