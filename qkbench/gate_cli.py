@@ -88,7 +88,8 @@ def gate(
     allow_mismatch: Annotated[bool, typer.Option(
         "--allow-mismatch",
         help="--baseline/--candidate: compare archives whose protocol, cells, device, "
-             "routes or launch state differ (said in the output)")] = False,
+             "routes, launch state or measuring timing settings differ (said in the "
+             "output)")] = False,
     junit: Annotated[Path | None, typer.Option(
         help="write a JUnit XML report: a test case per (comparison, case) (default: none)",
         show_default=False)] = None,
