@@ -4,7 +4,7 @@ left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps|tiles-3.8
-                |norm|rope|async-table|persistent]
+                |norm|rope|async-table|table-cached|persistent]
         [--geometries d128|d128-dit|goals]
         [--cold] [--route fused|split]
 
@@ -36,6 +36,7 @@ import json
 import os
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -54,6 +55,10 @@ from bench_kernels import (
 # An arm key naming a variant of the prototype in ``proto_async_table.py`` (a CUDA device
 # and D = 128 neox geometries only), which the arm runs instead of the route.
 PROTOTYPE = "prototype"
+# An arm key: "zero" runs the arm with every position 0, so that every token's table row is
+# the same one, found in L1 or the L2 (its bits checked against the split route's at those
+# positions): what the table's fetch from memory costs beside the arm as given.
+POSITIONS = "positions"
 ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "k-tiles": {
         "default": {}, "default-again": {},
@@ -71,6 +76,13 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "async-table": {
         "default": {}, "default-again": {}, "gluon-sync": {PROTOTYPE: "sync"},
         "gluon-async": {PROTOTYPE: "async"}, "gluon-async-rows": {PROTOTYPE: "async-rows"},
+    },
+    # The table's fetch isolated: the fused kernel and the prototype's async-rows variant,
+    # each also with every position 0 (one table row for every token, always cached).
+    "table-cached": {
+        "default": {}, "default-again": {}, "default-positions-0": {POSITIONS: "zero"},
+        "gluon-async-rows": {PROTOTYPE: "async-rows"},
+        "gluon-async-rows-positions-0": {PROTOTYPE: "async-rows", POSITIONS: "zero"},
     },
     # Persistent programs (2 or 4 a multiprocessor), each copying the next item's rows and
     # table rows into shared memory while it computes the current one.
@@ -218,19 +230,24 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
     rows = sum(x.numel() * x.element_size() for x in (inputs.q, inputs.k))
     sets = cold_sets(backend, rows) if cold else 1
     reps = max(inner, sets)
-    split_out = call(qk_norm_rope_split, inputs, g.inplace)
+    at_zero = replace(inputs, positions=torch.zeros_like(inputs.positions))
+    split_out = {None: call(qk_norm_rope_split, inputs, g.inplace),
+                 "zero": call(qk_norm_rope_split, at_zero, g.inplace)}
     graphs, checks = [], {}
     for label, arm in arms.items():
-        settings = {k: v for k, v in arm.items() if k not in (*CALL_OPTIONS, PROTOTYPE)}
+        settings = {k: v for k, v in arm.items()
+                    if k not in (*CALL_OPTIONS, PROTOTYPE, POSITIONS)}
         options = {k: v for k, v in arm.items() if k in CALL_OPTIONS}
         arm_op = op
         if PROTOTYPE in arm:
             from proto_async_table import qk_norm_rope_async
 
             arm_op = functools.partial(qk_norm_rope_async, variant=arm[PROTOTYPE])
+        arm_inputs = at_zero if arm.get(POSITIONS) == "zero" else inputs
         with plan.use(**settings):
-            checks[label] = identical(call(arm_op, inputs, g.inplace, **options), split_out)
-            launches = [launcher(arm_op, inputs, g.inplace, **options)
+            checks[label] = identical(call(arm_op, arm_inputs, g.inplace, **options),
+                                      split_out[arm.get(POSITIONS)])
+            launches = [launcher(arm_op, arm_inputs, g.inplace, **options)
                         for _ in range(sets)]
             for launch in launches:
                 launch()

@@ -182,6 +182,28 @@ def test_l2_policy_quick_shape_runs_other_k_tiles_in_its_variant_arms():
 
 
 @interpreter_only
+def test_l2_policy_bench_checks_an_arm_at_positions_0_against_split_at_those_positions():
+    from dataclasses import replace
+
+    from qkbench.backends import backend_for
+    from qkbench.case import Case, make_inputs
+    from qkbench.kernels import qk_norm_rope_split
+
+    bench = script("bench_l2_policy")
+    (shape,) = bench.shapes(quick=True, tokens=[])
+    g = shape.geometry
+    arms = {"default": {"l2_bytes": 1}, "at-0": {"l2_bytes": 1, bench.POSITIONS: "zero"}}
+    entry = bench.measure_shape(backend_for(torch.device("cpu")), shape, arms, {}, 1, 1, 1,
+                                cold=False, copy_gbps=1.0)
+    assert entry["checks_passed"] == {"default": True, "at-0": True}
+    # The two references differ, so each arm passed against its own.
+    inputs = make_inputs(Case(g, shape.tokens, max_position=shape.max_position), 0, "cpu")
+    at_zero = replace(inputs, positions=torch.zeros_like(inputs.positions))
+    assert not bench.identical(bench.call(qk_norm_rope_split, inputs, g.inplace),
+                               bench.call(qk_norm_rope_split, at_zero, g.inplace))
+
+
+@interpreter_only
 def test_l2_policy_bench_fails_loudly_when_an_arm_differs_from_split(
         tmp_path, fused_off_by_one_ulp, capsys):
     bench = script("bench_l2_policy")
