@@ -35,6 +35,8 @@ from .split import qk_norm_rope_split
 
 KIND = "qkbench.dispatch"
 VERSION = 1
+# The (baseline, candidate) routes a table chooses between.
+ROUTES = ("split", "fused")
 # The entries' shape keys a call is matched on: what the op's arguments determine, its
 # layout aside (in place or not, packed, batch).
 MATCH_KEYS = ("heads_q", "heads_k", "head_dim", "rotary_dim", "dtype", "style",
@@ -103,7 +105,7 @@ class DispatchTable:
             raise ValueError(f"dispatch table version {data.get('version')!r} is not "
                              f"supported (this reads {VERSION})")
         routes = (data.get("baseline"), data.get("candidate"))
-        if routes != ("split", "fused"):
+        if routes != ROUTES:
             raise ValueError(f"a dispatch table must compare split (baseline) with fused "
                              f"(candidate), this one compares {routes[0]} with {routes[1]}")
         try:

@@ -210,8 +210,9 @@ def read(path: Path) -> dict:
 
 # The top-level keys every archive has, with their JSON types (the summary is null until
 # the first pass finishes).
-_SHAPE = {"status": (str,), "command": (list,), "protocol": (dict,), "settings": (dict,),
-          "environment": (dict,), "passes": (list,), "summary": (dict, type(None))}
+_SHAPE = {"status": (str,), "created": (str,), "command": (list,), "protocol": (dict,),
+          "settings": (dict,), "environment": (dict,), "passes": (list,),
+          "summary": (dict, type(None))}
 # Keys a schema 3 archive has besides (its seal is null until the first write).
 _SHAPE_3 = {"resumed": (list,), "seal": (dict, type(None))}
 _NUMBER = (int, float)
@@ -262,6 +263,11 @@ def _check_shape(path: Path, data: dict) -> None:
     if gpu is not None and not isinstance(gpu, dict):
         raise ArchiveError(f"{path}: malformed archive: 'environment.gpu' must be an object "
                            f"or null, got {type(gpu).__name__}")
+    l2 = (gpu or {}).get("l2_bytes")
+    if l2 is not None and (not isinstance(l2, int) or isinstance(l2, bool)):
+        # The plots draw the L2's size as a line on the token axis.
+        raise ArchiveError(f"{path}: malformed archive: 'environment.gpu.l2_bytes' must be "
+                           f"an integer or null, got {type(l2).__name__}")
     if not all(isinstance(p, dict) and isinstance(p.get("status"), str)
                for p in data["passes"]):
         raise ArchiveError(f"{path}: malformed archive: every entry of 'passes' must be an "

@@ -383,9 +383,9 @@ def report_cmd(
             raise QkbenchError(f"--plot {plot}: is a file; the plots go into a folder (made "
                                "where missing)")
         run = read_checked(archive)
-        note = _stopped_note(run, archive)
-        if note:
-            err.print(note, highlight=False, soft_wrap=True)
+        for note in (_stopped_note(run, archive), report.no_verdict_line(run)):
+            if note:
+                err.print(note, highlight=False, soft_wrap=True)
         if format == "rich":
             out.print(report.as_rich(run, wide=wide), soft_wrap=not out.is_terminal)
         elif format == "markdown":
@@ -404,6 +404,9 @@ def report_cmd(
                                    f"({e.strerror or e})") from None
             for path in written:
                 err.print(f"plot: {path}", highlight=False, soft_wrap=True)
+            if not written:
+                err.print("no plots: no comparison has a measured cell", highlight=False,
+                          soft_wrap=True)
     except QkbenchError as e:
         _fail(e)
 
@@ -413,7 +416,8 @@ def crossover(
     archive: ArchiveArg,
     emit: Annotated[Path | None, typer.Option(
         help="write the dispatch table here as JSON (qkbench.kernels.dispatch.DispatchTable "
-             "loads it; a file of that name is replaced) (default: print only)",
+             "loads it; a file of that name is replaced): only from a complete run of split "
+             "against fused with a verdict somewhere (default: print only)",
         show_default=False)] = None,
     candidate: Annotated[str | None, typer.Option(
         help="the comparison's candidate route (default: the run's only one)",
@@ -425,7 +429,8 @@ def crossover(
     try:
         from qkbench import crossover as cross
         from qkbench.audit import read_checked
-        from qkbench.report import Fitted, Table, invalid_line
+        from qkbench.kernels.dispatch import ROUTES as DISPATCH_ROUTES
+        from qkbench.report import Fitted, Table, invalid_line, no_verdict_line
 
         run = read_checked(archive)
         table = cross.dispatch_table(run, candidate, source=str(archive))
@@ -446,7 +451,7 @@ def crossover(
                            "-" if e["fused_through"] is None else str(e["fused_through"]),
                            "none in range" if e["censored"] else
                            "-" if e["stops_at"] is None else str(e["stops_at"]),
-                           cross.describe(e)])
+                           cross.describe(e, table["baseline"], table["candidate"])])
     out.print(Fitted(shown, list(range(len(shown.headers)))))
     note = _stopped_note(run, archive)
     if note:
@@ -459,6 +464,15 @@ def crossover(
         if emit is not None and invalid:
             raise QkbenchError(f"--emit: no dispatch table from a run with an invalid route "
                                f"({invalid}); nothing was written")
+        if emit is not None and (table["baseline"], table["candidate"]) != DISPATCH_ROUTES:
+            raise QkbenchError(f"--emit: a dispatch table chooses between "
+                               f"{' and '.join(DISPATCH_ROUTES)}, and this comparison is "
+                               f"{table['baseline']} -> {table['candidate']}; nothing was "
+                               "written")
+        unread = no_verdict_line(run)
+        if emit is not None and unread:
+            raise QkbenchError(f"--emit: no dispatch table from a run in which {unread}; "
+                               "nothing was written")
         if invalid:
             raise QkbenchError(invalid)
         if emit is not None:
@@ -619,3 +633,7 @@ def export(
 
 # qkbench gate: the CI regression gate (its logic in gate, gate_cli, refs, against).
 app.command("gate", help=GATE_HELP)(gate)
+
+
+if __name__ == "__main__":
+    app()

@@ -85,19 +85,20 @@ def dispatch_table(archive: dict, candidate: str | None = None,
             "geometries": entries}
 
 
-def describe(entry: dict) -> str:
-    """What the table does on one geometry, and why, in words."""
+def describe(entry: dict, baseline: str = "split", candidate: str = "fused") -> str:
+    """What the table does on one geometry, and why, in words (naming the comparison's
+    routes)."""
     bound, stop = entry["fused_through"], entry["stops_at"]
     if bound is None and stop is None:
-        return "split everywhere (nothing measured)"
+        return f"{baseline} everywhere (nothing measured)"
     if entry["censored"]:
-        return f"fused everywhere (no crossover up to T = {bound}: censored)"
+        return f"{candidate} everywhere (no crossover up to T = {bound}: censored)"
     verdict = next(m["verdict"] for m in entry["measured"] if m["tokens"] == stop)
     resolved = verdict in ("slower", "unresolved")
     if bound is None:
         why = "not resolvably faster" if resolved else f"no verdict ({verdict})"
-        return f"split everywhere ({why} at the smallest T measured, {stop})"
-    return (f"fused for T <= {bound}, split above (stops at T = {stop}"
+        return f"{baseline} everywhere ({why} at the smallest T measured, {stop})"
+    return (f"{candidate} for T <= {bound}, {baseline} above (stops at T = {stop}"
             + ("" if resolved else f": no verdict there, {verdict}") + ")")
 
 

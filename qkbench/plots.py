@@ -303,7 +303,8 @@ def archive_stem(path: Path) -> str:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+    # Letters of any script stay: names that differ only in them must not collide.
+    return re.sub(r"[^\w.-]+", "-", text).strip("-")
 
 
 def plot(archive: dict, out_dir: Path, prefix: str | None = None) -> list[Path]:
@@ -316,7 +317,8 @@ def plot(archive: dict, out_dir: Path, prefix: str | None = None) -> list[Path]:
     summary = current(archive) or {}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = _slug(prefix or archive["protocol"]["resolved"].get("name") or "run")
+    prefix = (_slug(prefix or "") or _slug(archive["protocol"]["resolved"].get("name") or "")
+              or "run")
     shapes = _geometries(archive)
     limits = summary.get("limits")
     written = []

@@ -236,6 +236,21 @@ def test_reading_an_archive_whose_gpu_entry_is_not_an_object_names_it(smoke_arch
         archives.read(write_json(tmp_path / "run.json", edited))
 
 
+def test_reading_an_archive_whose_creation_time_is_not_text_names_it(smoke_archive, tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["created"] = 1733425200
+    with pytest.raises(ArchiveError, match=r"'created' is missing or not str"):
+        archives.read(write_json(tmp_path / "run.json", edited))
+
+
+def test_reading_an_archive_whose_l2_size_is_not_an_integer_names_it(smoke_archive, tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["environment"]["gpu"] = {"name": "NVIDIA H200", "l2_bytes": "60 MiB"}
+    with pytest.raises(ArchiveError, match=r"'environment.gpu.l2_bytes' must be an integer "
+                                           r"or null, got str"):
+        archives.read(write_json(tmp_path / "run.json", edited))
+
+
 def test_loading_a_resealed_archive_whose_pass_cannot_be_summarised_names_it(smoke_archive,
                                                                              tmp_path):
     edited = copy.deepcopy(smoke_archive)

@@ -712,3 +712,15 @@ def test_an_archive_with_a_header_value_of_the_wrong_type_fails_in_one_line(
     path.write_text(json.dumps(edited))
     assert_one_error_line(invoke("report", str(path)),
                           "malformed archive: 'environment.code' must be an object, got str")
+
+
+def test_python_m_qkbench_is_the_qkbench_command():
+    import subprocess
+    import sys
+
+    for module in ("qkbench", "qkbench.cli"):
+        done = subprocess.run([sys.executable, "-m", module, "report", "/nonexistent.json"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, (module, done.stdout, done.stderr)
+        assert "/nonexistent.json" in done.stderr
+

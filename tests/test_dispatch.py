@@ -171,6 +171,36 @@ def test_no_dispatch_table_is_emitted_from_a_run_that_is_not_complete(one_pass, 
                          "(status running); nothing was written")
 
 
+@interpreter_only
+def test_no_dispatch_table_is_emitted_from_a_comparison_other_than_split_to_fused(tmp_path):
+    path = tmp_path / "eager.json"
+    synthetic_sweep(PROTOCOL.replace('routes = ["split", "fused"]',
+                                     'routes = ["split", "eager"]'), path,
+                    case_effects=EFFECTS)
+    out = tmp_path / "dispatch.json"
+    result = crossover_cli(str(path), "--emit", str(out))
+    assert result.exit_code == 1 and not out.exists()
+    # Its table names the routes it compared, not the dispatch's.
+    assert "eager for T <= 1, split above (stops at T = 2)" in result.stdout
+    assert "fused" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --emit: a dispatch table chooses between split and fused, and this "
+        "comparison is split -> eager; nothing was written")
+
+
+@interpreter_only
+def test_no_dispatch_table_is_emitted_from_a_run_in_which_no_cell_got_a_verdict(tmp_path):
+    # One arm order's null arm always disagrees by 3 %: every cell is unstable.
+    path = tmp_path / "unstable.json"
+    synthetic_sweep(PROTOCOL, path, order_null_bias={("B", "A", "A'"): 0.03})
+    out = tmp_path / "dispatch.json"
+    result = crossover_cli(str(path), "--emit", str(out))
+    assert result.exit_code == 1 and not out.exists()
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: --emit: no dispatch table from a run in which no cell got a verdict: all 9 "
+        "are unstable")
+
+
 @pytest.mark.parametrize(("measured", "said"), [
     ([("slower", 1)], "split everywhere (not resolvably faster at the smallest T measured, 1)"),
     ([("invalid", 1)], "split everywhere (no verdict (invalid) at the smallest T measured, 1)"),

@@ -14,6 +14,8 @@ from qkbench import report
 from qkbench.cli import app
 from qkbench.summary import current
 
+from helpers import reseal
+
 H200 = Path(__file__).parent.parent / "results" / "h200"
 # Unstable cells with long verdicts (text-decode), five-digit widths (prefill).
 ARCHIVES = ["2026-12-03-text-decode.json", "2026-12-03-prefill.json"]
@@ -151,6 +153,29 @@ def test_plots_of_a_cpu_run_without_an_l2_or_a_gpu(smoke_archive, tmp_path):
     expected = [f"smoke-{c['baseline']}-vs-{c['candidate']}-{kind}.png".replace(":", "-")
                 for c in comps for kind in ("delta", "time", "bandwidth")]
     assert_pictures(paths, expected)
+
+
+def test_plot_names_keep_letters_of_any_script_so_two_archives_do_not_collide(
+        smoke_archive, tmp_path):
+    from qkbench.plots import plot
+
+    first = plot(smoke_archive, tmp_path, prefix="日本語")
+    second = plot(smoke_archive, tmp_path, prefix="한국어")
+    assert first[0].name.startswith("日本語-split-vs-")
+    assert not set(first) & set(second)
+    # A prefix of nothing but separators falls back to the protocol's name.
+    assert plot(smoke_archive, tmp_path, prefix="!!!")[0].name.startswith("smoke-split-vs-")
+
+
+def test_plot_of_a_run_with_no_measured_cell_says_so(one_pass, tmp_path):
+    run = archives.read(one_pass)
+    run["passes"], run["summary"] = [], None
+    empty = tmp_path / "empty.json"
+    archives.write(empty, reseal(run))
+    result = CliRunner().invoke(app, ["report", str(empty), "--plot", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "no plots: no comparison has a measured cell")
 
 
 def test_plot_into_a_file_fails_in_one_line(tmp_path):

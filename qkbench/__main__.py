@@ -1,0 +1,5 @@
+"""``python -m qkbench``: the ``qkbench`` command."""
+
+from qkbench.cli import app
+
+app()
