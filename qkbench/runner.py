@@ -117,9 +117,12 @@ def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
 
 
 def _read_lines(stream, lines: queue.Queue) -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
+    try:
+        for line in stream:
+            lines.put(line)
+    finally:
+        # Whatever ends the reading, the pass's loop must hear it now, not at its timeout.
+        lines.put(None)
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -139,7 +142,8 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events, timeout:
         deadline = time.monotonic() + timeout
         proc = subprocess.Popen([sys.executable, "-m", "qkbench.lifeline", str(job_path),
                                  str(result_path)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, env=_worker_env(device),
+                                stderr=subprocess.PIPE, text=True, errors="replace",
+                                env=_worker_env(device),
                                 start_new_session=True,
                                 pass_fds=() if lock is None else (lock.fd,))
         head: list[str] = []

@@ -333,6 +333,24 @@ def test_a_timed_out_run_leaves_no_pass_folder_and_no_lock(timed_out):
     assert [p.name for p in timed_out.out.parent.iterdir()] == ["run.json"]
 
 
+def test_a_worker_writing_bytes_that_are_not_utf8_on_stderr_still_completes_its_passes(
+        tmp_path, monkeypatch):
+    # Its stderr is read for progress lines: a byte it cannot decode must not stop the
+    # reading, or every pass would wait out its timeout and be recorded as timed out.
+    out = tmp_path / "run.json"
+    monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    start = time.monotonic()
+    result = CliRunner().invoke(app, [
+        "sweep", "--protocol", str(QUICK), "--device", "cpu", "--isolation", "process",
+        "--route", "split", "--route", "mumbling_route:qk_norm_rope",
+        "--pass-timeout", str(TIMEOUT_S), "--out", str(out)])
+    run = archives.read(out)
+    assert [p["status"] for p in run["passes"]][:6] == ["ok"] * 6, result.output
+    assert "timed out" not in result.output
+    assert time.monotonic() - start < 6 * TIMEOUT_S
+
+
 def test_pass_timeout_help_says_in_process_passes_cannot_be_timed_out():
     result = CliRunner().invoke(app, ["sweep", "--help"])
     text = " ".join(result.stdout.replace("│", " ").split())
