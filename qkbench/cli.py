@@ -209,6 +209,11 @@ def sweep(
             path = archive_path(out_path, "", resume=True)
             resumed = _resumed(path)
         dev = _device(resumed["settings"]["device"] if resumed and device == "auto" else device)
+        if resumed:
+            from qkbench import runner, seal
+
+            # Before its header is read: a damaged one is named, not a traceback.
+            runner.check_seal(resumed, seal.signing_key(), path)
         if resumed and protocol is None:
             from qkbench.protocol import rebuild
 
@@ -318,12 +323,17 @@ def calibrate(
             if any(n < 1 for n in every):
                 raise QkbenchError(f"--planted must be >= 1, got {list(every)}")
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            runs = {}
+            runs, paths = {}, {}
             for kind, p in calibration.protocols(proto, route or proto.baseline, every).items():
-                path = (out_path or Path("results")) / (
+                paths[kind] = (out_path or Path("results")) / (
                     f"{stamp}-{proto.name}-calibrate-{kind}.json.gz")
-                runs[kind] = _swept(p, dev, path)
-                err.print(f"archive ({kind}): {path}", highlight=False, soft_wrap=True)
+                try:
+                    runs[kind] = _swept(p, dev, paths[kind])
+                except KeyboardInterrupt:
+                    err.print(f"[red]interrupted:[/red] {_calibration_left(paths, kind)}",
+                              highlight=False, soft_wrap=True)
+                    raise typer.Exit(130) from None
+                err.print(f"archive ({kind}): {paths[kind]}", highlight=False, soft_wrap=True)
                 reason = runner.stopped(p, runs[kind])
                 if reason:
                     raise QkbenchError(f"calibrate ({kind} run): {reason}")
@@ -336,6 +346,21 @@ def calibrate(
         out.print(line, highlight=False, soft_wrap=True)
     except QkbenchError as e:
         _fail(e)
+
+
+def _calibration_left(paths: dict[str, Path], kind: str) -> str:
+    """What an interrupted calibration leaves, and how to finish it: the run under way
+    (``kind``) goes on with ``sweep --resume``, a run not started yet with ``calibrate``
+    again; the two archives are then reported together."""
+    if not paths[kind].exists():
+        done = "" if kind == "aa" else f" (the A/A run is complete in {paths['aa']})"
+        return f"the {kind} run had written no archive yet{done}; run qkbench calibrate again"
+    said = (f"the {kind} run's finished passes are in {paths[kind]}; continue it with: "
+            f"qkbench sweep --resume --out {paths[kind]}")
+    if kind == "aa":
+        return said + "; the planted run has not started: run qkbench calibrate again"
+    return (said + f", then: qkbench calibrate --aa {paths['aa']} --planted-run "
+            f"{paths[kind]}")
 
 
 def _stopped_note(run: dict, archive: Path) -> str | None:

@@ -275,12 +275,16 @@ def invalid_line(archive: dict, where: str) -> str | None:
 
 def no_verdict_line(archive: dict) -> str | None:
     """The sentence for a finished run in which no cell of any comparison got a verdict:
-    every cell unstable (a pass order kept no pass within its retries), so nothing it
-    measured can be read; None otherwise."""
+    every cell unstable (a pass order kept no pass within its retries), or every cell n/s
+    (nothing measured), so nothing it measured can be read; None otherwise."""
     if archive["status"] != "complete":
         return None
-    verdicts = [c["effect"]["verdict"] for comp in archive["summary"]["comparisons"]
-                for c in comp["cases"] if c["effect"]["verdict"] != NOT_SUPPORTED]
+    cells = [c["effect"]["verdict"] for comp in archive["summary"]["comparisons"]
+             for c in comp["cases"]]
+    verdicts = [v for v in cells if v != NOT_SUPPORTED]
+    if cells and not verdicts:
+        return (f"no cell was measured: all {len(cells)} are n/s (a route supports none of "
+                "them), so the run measured nothing a verdict can be read from")
     if not verdicts or any(v != UNSTABLE for v in verdicts):
         return None
     threshold = archive["protocol"]["resolved"]["timing"]["drop_threshold"]

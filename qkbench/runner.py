@@ -116,6 +116,10 @@ def _run_in_process(job: dict, backend: Backend | None, events: Events) -> dict:
         return _failed_pass(job, os.getpid(), None, lines[:40], lines[40:][-20:])
 
 
+# Seconds between looks at whether a pass's worker has exited while its stderr stays open.
+EXIT_POLL_S = 0.5
+
+
 def _read_lines(stream, lines: queue.Queue) -> None:
     try:
         for line in stream:
@@ -161,17 +165,34 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events, timeout:
             else:
                 tail.append(line.rstrip())
 
+        eof = False
         try:
             if lock is not None:
                 lock.note_worker(proc.pid)
             reader.start()
-            while (line := lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise queue.Empty
+                try:
+                    line = lines.get(timeout=min(left, EXIT_POLL_S))
+                except queue.Empty:
+                    if proc.poll() is not None:
+                        # The worker is done; a process it left behind (a library's helper)
+                        # may hold its stderr open, so its end is not waited for.
+                        break
+                    continue
+                if line is None:
+                    eof = True
+                    break
                 take(line)
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except (queue.Empty, subprocess.TimeoutExpired):
             timed_out = True
         finally:
-            if proc.poll() is None:  # timed out, or the manager is being interrupted
+            if proc.poll() is None or not eof:
+                # Timed out, the manager interrupted, or the worker left processes behind:
+                # its whole group ends, so none outlives its pass.
                 _end(proc)
             reader.join(timeout=5)
             if lock is not None:
@@ -227,7 +248,7 @@ def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Pa
                            f"differ from {settings}")
 
 
-def _check_seal(existing: dict, key: bytes | None, out: Path) -> None:
+def check_seal(existing: dict, key: bytes | None, out: Path) -> None:
     """Resume only an archive whose digests still hold, signed the way this run would
     sign (a signed run goes on with the same key; an unsigned one without a key)."""
     from qkbench.audit import digest_problems
@@ -362,7 +383,7 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         if resume:
             run = archives.read(out)
             _check_resumable(run, protocol, settings, out)
-            _check_seal(run, key, out)
+            check_seal(run, key, out)
             code, differ = _check_code(run, out, allow_code_change)
             broken = hopeless(protocol, first_pass(run))
             if broken:

@@ -518,6 +518,49 @@ def test_sweep_with_an_invalid_route_stops_after_its_first_pass_and_exits_1_sayi
     assert all(not c["verification"][route]["ok"] for p in run["passes"] for c in p["cases"])
 
 
+def test_a_run_whose_every_cell_is_n_s_exits_1_saying_no_cell_was_measured(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    out = tmp_path / "run.json"
+    result = _quick_sweep("--route", "split", "--route", "fake_routes:supports_nothing",
+                          "--out", str(out))
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: no cell was measured: all 1 are n/s (a route supports none of them), so the "
+        "run measured nothing a verdict can be read from")
+
+
+def test_ctrl_c_in_a_calibration_names_the_run_under_way_and_how_to_finish(tmp_path,
+                                                                           monkeypatch):
+    from qkbench import cli
+
+    def interrupted(proto, dev, path, *args, **kwargs):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")  # the A/A run's archive, its first passes written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_swept", interrupted)
+    result = invoke("calibrate", *QUICK, "--out", str(tmp_path))
+    assert result.exit_code == 130
+    (aa,) = tmp_path.iterdir()
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"interrupted: the aa run's finished passes are in {aa}; continue it with: qkbench "
+        f"sweep --resume --out {aa}; the planted run has not started: run qkbench calibrate "
+        "again")
+
+
+def test_a_resume_of_an_archive_whose_header_was_damaged_fails_in_one_line(one_pass,
+                                                                           tmp_path):
+    from qkbench import archive
+
+    run = archive.read(one_pass)
+    run["protocol"]["resolved"]["routes"] = [1, 2]  # not resealed: a bad copy, a hand edit
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps(run))
+    result = invoke("sweep", "--resume", "--out", str(out))
+    assert_one_error_line(result, f"{out}: cannot resume: it was edited since it was written")
+
+
 def test_a_run_whose_every_cell_is_unstable_exits_1_saying_no_cell_got_a_verdict(tmp_path):
     # A drop threshold no null arm can meet: every pass order is dropped at every attempt.
     out = tmp_path / "run.json"

@@ -351,6 +351,28 @@ def test_a_worker_writing_bytes_that_are_not_utf8_on_stderr_still_completes_its_
     assert time.monotonic() - start < 6 * TIMEOUT_S
 
 
+def test_a_worker_that_leaves_a_helper_holding_its_stderr_completes_and_the_helper_ends(
+        tmp_path, monkeypatch):
+    # The worker exits with its result while the helper it started keeps the pipe open: the
+    # pass is judged by the worker's exit, and its process group (the helper) is ended.
+    out, helpers = tmp_path / "run.json", tmp_path / "helpers"
+    monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
+    monkeypatch.setenv("QKBENCH_TEST_HELPERS", str(helpers))
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    start = time.monotonic()
+    result = CliRunner().invoke(app, [
+        "sweep", "--protocol", str(QUICK), "--device", "cpu", "--isolation", "process",
+        "--route", "split", "--route", "helper_route:qk_norm_rope",
+        "--pass-timeout", str(TIMEOUT_S), "--out", str(out)])
+    run = archives.read(out)
+    assert [p["status"] for p in run["passes"]][:6] == ["ok"] * 6, result.output
+    assert "timed out" not in result.output
+    assert time.monotonic() - start < 6 * TIMEOUT_S
+    pids = [int(x) for x in helpers.read_text().split()]
+    assert len(pids) >= 6
+    wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the helpers to end")
+
+
 def test_pass_timeout_help_says_in_process_passes_cannot_be_timed_out():
     result = CliRunner().invoke(app, ["sweep", "--help"])
     text = " ".join(result.stdout.replace("│", " ").split())
