@@ -370,6 +370,10 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
     for name in protocol.routes:  # an unknown or unloadable route fails before any file
         resolve(name)
     out = Path(out)
+    if out.is_symlink():
+        # The lock and the atomic replace go by name: through a link they would guard and
+        # replace the link, and two writers of the one archive would both go on.
+        out = Path(os.path.realpath(out))
     if resume and not out.is_file():  # before the lock, which would make its folder
         archives.read(out)
     with ArchiveLock(out) as lock:

@@ -27,7 +27,7 @@ from qkbench import runner
 from qkbench.audit import examine
 from qkbench.cli import app
 from qkbench.errors import ArchiveError, ProtocolError
-from qkbench.lock import alive, lock_path
+from qkbench.lock import ArchiveLock, alive, lock_path
 from qkbench.protocol import load, parse
 
 from helpers import primary_and_replacements, reseal
@@ -249,6 +249,17 @@ def test_resume_never_starts_while_an_old_worker_holds_the_lock(one_pass, tmp_pa
         runner.sweep(load(str(QUICK)), CPU, out, resume=True,
                      events=runner.Events(pass_started=stop))
     assert len(archives.read(out)["resumed"]) == 1
+
+
+def test_a_run_reached_through_a_symlink_is_locked_and_written_as_itself(one_pass, tmp_path):
+    real, link = tmp_path / "run.json", tmp_path / "latest.json"
+    real.write_bytes(one_pass.read_bytes())
+    link.symlink_to(real.name)
+    with ArchiveLock(real), pytest.raises(ArchiveError, match="another qkbench is writing"):
+        runner.sweep(load(str(QUICK)), CPU, link, resume=True)  # a second writer, by a link
+    runner.sweep(load(str(QUICK)), CPU, link, resume=True)
+    assert link.is_symlink() and link.resolve() == real
+    assert archives.read(real)["status"] == "complete"
 
 
 def manager_pid(out: Path) -> int:
