@@ -73,32 +73,47 @@ def code_identity(root: Path | None = None) -> dict:
 
 
 def code_now() -> dict:
-    """The code a pass runs: the tree's identity and its kernel sources' hashes (what each
-    pass records as ``code``, and what a resume compares with the run's environment)."""
-    return {**code_identity(), "kernels_sha256": kernel_hashes()}
+    """The code a pass runs: the tree's identity and its kernel and harness sources' hashes
+    (what each pass records as ``code``, and what a resume compares with the run's
+    environment)."""
+    return {**code_identity(), "kernels_sha256": kernel_hashes(),
+            "harness_sha256": harness_hashes()}
 
 
 def environment_code(environment: dict) -> dict:
-    """An archive environment's code, in the form a pass records it (``code_now``)."""
+    """An archive environment's code, in the form a pass records it (``code_now``; an
+    archive from before the harness hashes has None for them)."""
     return {**(environment.get("code") or {}),
-            "kernels_sha256": environment.get("kernels_sha256") or {}}
+            "kernels_sha256": environment.get("kernels_sha256") or {},
+            "harness_sha256": environment.get("harness_sha256")}
 
 
 def code_differences(was: dict, now: dict) -> list[str]:
     """How code ``now`` differs from code ``was`` (each as ``code_now`` gives it): the git
-    commit and each kernel source file; empty when they are the same code. (Whether the
-    tree is dirty is not compared: a sweep's own archive can make it so.)"""
+    commit, each kernel source file and each harness source file (where both record
+    them); empty when they are the same code. (Whether the tree is dirty is not compared:
+    a sweep's own archive can make it so; an edit it does not commit shows in the sources'
+    hashes.)"""
     out = []
     if was.get("commit") != now.get("commit"):
         out.append(f"git commit {_short(was.get('commit'))} -> {_short(now.get('commit'))}")
-    old, new = was.get("kernels_sha256") or {}, now.get("kernels_sha256") or {}
+    out += _file_changes("kernels", was.get("kernels_sha256") or {},
+                         now.get("kernels_sha256") or {})
+    if was.get("harness_sha256") is not None and now.get("harness_sha256") is not None:
+        out += _file_changes("qkbench", was["harness_sha256"], now["harness_sha256"])
+    return out
+
+
+def _file_changes(folder: str, old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """Each source file of ``folder`` removed, added or changed, by its hashes."""
+    out = []
     for name in sorted(set(old) | set(new)):
         if name not in new:
-            out.append(f"kernels/{name} removed")
+            out.append(f"{folder}/{name} removed")
         elif name not in old:
-            out.append(f"kernels/{name} added")
+            out.append(f"{folder}/{name} added")
         elif old[name] != new[name]:
-            out.append(f"kernels/{name} {old[name][:8]} -> {new[name][:8]}")
+            out.append(f"{folder}/{name} {old[name][:8]} -> {new[name][:8]}")
     return out
 
 
@@ -108,7 +123,17 @@ def _short(commit: str | None) -> str:
 
 def kernel_hashes() -> dict[str, str]:
     """sha256 of every kernel source file, so an archive names the exact kernels."""
-    folder = resources.files("qkbench.kernels")
+    return _source_hashes("qkbench.kernels")
+
+
+def harness_hashes() -> dict[str, str]:
+    """sha256 of every harness source file (the kernels are ``kernel_hashes``'), so that a
+    resume sees an edit the git commit does not."""
+    return _source_hashes("qkbench")
+
+
+def _source_hashes(package: str) -> dict[str, str]:
+    folder = resources.files(package)
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.iterdir(), key=lambda p: p.name) if p.name.endswith(".py")}
 
@@ -121,7 +146,7 @@ def capture(device: torch.device) -> dict:
         "numpy": _version("numpy"), "scipy": _version("scipy"),
         "cuda": torch.version.cuda, "qkbench": qkbench.__version__,
         "code": code_identity(), "kernels_sha256": kernel_hashes(),
-        "device": str(device),
+        "harness_sha256": harness_hashes(), "device": str(device),
         "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
     }
     if device.type == "cuda":

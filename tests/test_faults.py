@@ -262,6 +262,28 @@ def test_a_run_reached_through_a_symlink_is_locked_and_written_as_itself(one_pas
     assert archives.read(real)["status"] == "complete"
 
 
+def test_resume_refuses_an_uncommitted_edit_of_the_harness_naming_the_file(one_pass, tmp_path,
+                                                                          monkeypatch):
+    from qkbench import env
+
+    out = tmp_path / "run.json"
+    out.write_bytes(one_pass.read_bytes())
+    edited = {**env.harness_hashes(), "routes.py": "0" * 64}  # the commit is the same
+    monkeypatch.setattr(env, "harness_hashes", lambda: edited)
+    with pytest.raises(ArchiveError, match=r"cannot resume: the code changed since the run "
+                                           r"started \(qkbench/routes.py [0-9a-f]{8} -> "
+                                           r"00000000\)"):
+        runner.sweep(load(str(QUICK)), CPU, out, resume=True)
+
+
+def test_an_archive_from_before_the_harness_hashes_compares_its_kernels_only():
+    from qkbench import env
+
+    now = env.code_now()
+    was = {**now, "harness_sha256": None}
+    assert env.code_differences(was, {**now, "harness_sha256": {"routes.py": "0" * 64}}) == []
+
+
 def manager_pid(out: Path) -> int:
     return lock_record(out)["manager"]
 
