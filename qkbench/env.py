@@ -138,6 +138,23 @@ def _source_hashes(package: str) -> dict[str, str]:
             for p in sorted(folder.iterdir(), key=lambda p: p.name) if p.name.endswith(".py")}
 
 
+# What a run's figures hang on besides its code: a resume on a machine that differs in
+# one of these would mix two machines' passes under one header.
+MACHINE_KEYS = ("device", "gpu.name", "gpu.capability", "gpu.memory_bytes", "cuda", "torch",
+                "triton", "python", "triton_interpret")
+
+
+def machine(environment: dict) -> dict[str, object]:
+    """An environment's ``MACHINE_KEYS``, by dotted name (None where absent)."""
+    return {key: _dotted(environment, key) for key in MACHINE_KEYS}
+
+
+def _dotted(table: dict, key: str):
+    for part in key.split("."):
+        table = table.get(part) if isinstance(table, dict) else None
+    return table
+
+
 def capture(device: torch.device) -> dict:
     env = {
         "python": sys.version.split()[0], "platform": platform.platform(),

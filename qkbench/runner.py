@@ -18,6 +18,7 @@ when a sweep or resume starts.
 import contextlib
 import json
 import os
+import platform
 import queue
 import re
 import shutil
@@ -284,6 +285,19 @@ def _check_code(existing: dict, out: Path, allow_code_change: bool) -> tuple[dic
     return now, differ
 
 
+def _check_machine(existing: dict, device: torch.device, out: Path) -> dict:
+    """This machine's ``env.MACHINE_KEYS``; refused where they differ from the run's: its
+    passes would be two machines' under one header."""
+    now = env.machine(env.capture(device))
+    was = env.machine(existing["environment"])
+    differ = [f"{key} {was[key]} -> {now[key]}" for key in now if was[key] != now[key]]
+    if differ:
+        raise ArchiveError(f"{out}: cannot resume: this machine is not the one the run "
+                           f"started on ({'; '.join(differ)}); resume it there, or start a "
+                           "new sweep here")
+    return now
+
+
 def _names(value) -> list | None:
     """The names of a list of named tables (geometries, bands), else None."""
     if isinstance(value, list) and all(isinstance(v, dict) and "name" in v for v in value):
@@ -389,6 +403,7 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             _check_resumable(run, protocol, settings, out)
             check_seal(run, key, out)
             code, differ = _check_code(run, out, allow_code_change)
+            here = _check_machine(run, device, out)
             broken = hopeless(protocol, first_pass(run))
             if broken:
                 # A slot with an invalid route is never replaced: no verdict can come of it.
@@ -400,7 +415,8 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             run["resumed"].append({
                 "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command or [],
                 "after_passes": len(run["passes"]), "code": code, "code_changes": differ,
-                "allowed_code_change": allow_code_change})
+                "allowed_code_change": allow_code_change, "host": platform.node(),
+                "machine": here})
             save()
         else:
             run = archives.new(protocol, settings, env.capture(device), command or [])

@@ -276,6 +276,29 @@ def test_resume_refuses_an_uncommitted_edit_of_the_harness_naming_the_file(one_p
         runner.sweep(load(str(QUICK)), CPU, out, resume=True)
 
 
+def test_resume_refuses_another_machine_naming_what_differs(one_pass, tmp_path):
+    out = tmp_path / "run.json"
+    run = archives.read(one_pass)
+    run["environment"]["torch"] = "2.0.0"  # the run started under another torch
+    archives.write(out, reseal(run))
+    with pytest.raises(ArchiveError, match=r"cannot resume: this machine is not the one the "
+                                           r"run started on \(torch 2.0.0 -> "):
+        runner.sweep(load(str(QUICK)), CPU, out, resume=True)
+
+
+def test_a_resume_records_the_host_and_machine_it_ran_on(one_pass, tmp_path):
+    import platform
+
+    from qkbench import env
+
+    out = tmp_path / "run.json"
+    out.write_bytes(one_pass.read_bytes())
+    run = runner.sweep(load(str(QUICK)), CPU, out, resume=True)
+    (resumed,) = run["resumed"]
+    assert resumed["host"] == platform.node()
+    assert resumed["machine"] == env.machine(run["environment"])
+
+
 def test_an_archive_from_before_the_harness_hashes_compares_its_kernels_only():
     from qkbench import env
 
