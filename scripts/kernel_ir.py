@@ -40,10 +40,11 @@ TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 
 
-def compile_for_sm90(kernel, args: dict, num_warps: int, **options):
+def compile_for_sm90(kernel, args: dict, num_warps: int, source=ASTSource, **options):
     """Compile ``kernel`` as Triton's JIT would specialise it for ``args`` (pointers given
     as type strings such as ``"*bf16"`` and taken as 16-byte aligned; None for None), with
-    ``options`` (e.g. ``num_stages``) beside the shipped compile options."""
+    ``options`` (e.g. ``num_stages``) beside the shipped compile options. ``source``: the
+    AST source class (Gluon's for a Gluon kernel)."""
     dns = set(kernel.do_not_specialize)
     signature, constants, attrs = {}, {}, {}
     for i, name in enumerate(kernel.arg_names):
@@ -60,7 +61,7 @@ def compile_for_sm90(kernel, args: dict, num_warps: int, **options):
             signature[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
             if v % 16 == 0 and name not in dns and i not in dns:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    return triton_compile(ASTSource(kernel, signature, constants, attrs), target=TARGET,
+    return triton_compile(source(kernel, signature, constants, attrs), target=TARGET,
                           options={"num_warps": num_warps, **COMPILE_OPTIONS, **options})
 
 

@@ -27,6 +27,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
+from qkbench.kernels import plan
+from qkbench.kernels.fused import fused_tiles
 from qkbench.kernels.tiles import inv_rms, norm_weight, normalize, pairs_sumsq, qk_tile, rotate
 
 VARIANTS = {"sync": 0, "async": 1, "async-rows": 2}
@@ -162,9 +164,6 @@ def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, ep
                        q_out=None, k_out=None, mrope_section=None, variant="async",
                        **unused):
     """The fused op for the prototype's cases, on the fused route's launch plan."""
-    from qkbench.kernels import plan
-    from qkbench.kernels.fused import fused_tiles
-
     D = q.shape[-1]
     if (style != "neox" or weight_mode != "plain" or rotary_dim not in (None, D)
             or q.dtype != torch.bfloat16 or cos_sin_cache.dtype != torch.float32
@@ -207,49 +206,86 @@ def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, ep
     return outs
 
 
-def compiled_for_sm90(tokens: int, heads_q: int, heads_k: int, variant: str):
-    """Compile the prototype for sm_90 without a device, at the fused route's plan (as on
-    an H200: ``scripts/kernel_ir.py``'s stand-ins)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+def _pointers(**ints) -> dict:
+    """The kernels' pointer and scalar arguments as ``kernel_ir.compile_for_sm90`` takes
+    them: bf16 rows and weights, an fp32 table, int64 positions, and ``ints``."""
+    return {**dict.fromkeys(("q_ptr", "k_ptr", "qo_ptr", "ko_ptr", "qw_ptr", "kw_ptr"),
+                            "*bf16"), "cs_ptr": "*fp32", "pos_ptr": "*i64", "eps": 1e-6,
+            "max_pos": 40960, "stride_cs": 128, "stride_pos_t": 1, **ints}
 
-    from qkbench.kernels import plan
-    from qkbench.kernels.fused import fused_tiles
 
+def _strides(heads_q: int, heads_k: int) -> dict:
+    hq, hk = heads_q * 128, heads_k * 128
+    return dict(stride_qt=hq, stride_qh=128, stride_kt=hk, stride_kh=128, stride_qot=hq,
+                stride_qoh=128, stride_kot=hk, stride_koh=128)
+
+
+def sm90_case(tokens: int, heads_q: int, heads_k: int, variant: str):
+    """``(kernel, args, warps)`` of a variant at D = 128 on the fused route's plan, for
+    ``kernel_ir.compile_for_sm90`` (which answers the plan's device queries as an H200)."""
     device = torch.device("cuda", 0)
+    if variant in PERSISTENT:
+        return persistent_kernel, _pointers(T=tokens, **_strides(heads_q, heads_k),
+                                            **persistent_args(tokens, heads_q, heads_k,
+                                                              128)), 4
     (pq, pk), _ = fused_tiles(tokens, heads_q, heads_k, 128, 128, device)
     _, qc, kc = plan.qk_grid(tokens, pq, pk)
     warps = max(pq.num_warps, pk.num_warps)
-    constants = dict(QHB=pq.head_blocks, KHB=pk.head_blocks, D=128, R2=64,
-                     BTQ=pq.block_t, BHQ=pq.block_h, BTK=pk.block_t, BHK=pk.block_h,
-                     QC=qc, KC=kc, L3Q=row_layout(pq.block_t, pq.block_h, 64, warps),
-                     L3K=row_layout(pk.block_t, pk.block_h, 64, warps),
-                     CLQ=copy_layout(pq.block_t, 64, warps),
-                     CLK=copy_layout(pk.block_t, 64, warps), ASYNC=VARIANTS[variant])
-    hq, hk = heads_q * 128, heads_k * 128
-    ints = dict(T=tokens, HQ=heads_q, HK=heads_k, max_pos=40960, stride_qt=hq, stride_qh=128,
-                stride_kt=hk, stride_kh=128, stride_qot=hq, stride_qoh=128, stride_kot=hk,
-                stride_koh=128, stride_cs=128, stride_pos_t=1, q_programs=pq.programs)
-    types = dict.fromkeys(("q_ptr", "k_ptr", "qo_ptr", "ko_ptr", "qw_ptr", "kw_ptr"), "*bf16")
-    types.update(cs_ptr="*fp32", pos_ptr="*i64", eps="fp32")
-    signature, attrs = {}, {}
-    # As the JIT specialises: an integer of 1 is a constant, one divisible by 16 says so.
-    for i, name in enumerate(proto_kernel.arg_names):
-        if name in constants:
-            signature[name] = "constexpr"
-        elif name in types:
-            signature[name] = types[name]
-            if name.endswith("_ptr"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif ints[name] == 1 and name not in proto_kernel.do_not_specialize:
-            signature[name], constants[name] = "constexpr", 1
-        else:
-            signature[name] = "i32"
-            if ints[name] % 16 == 0 and name not in proto_kernel.do_not_specialize:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = GluonASTSource(proto_kernel, signature, constants, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": warps, "enable_fp_fusion": False}), (pq, pk)
+    return proto_kernel, _pointers(
+        T=tokens, HQ=heads_q, HK=heads_k, **_strides(heads_q, heads_k),
+        q_programs=pq.programs, QHB=pq.head_blocks, KHB=pk.head_blocks, D=128, R2=64,
+        BTQ=pq.block_t, BHQ=pq.block_h, BTK=pk.block_t, BHK=pk.block_h, QC=qc, KC=kc,
+        L3Q=row_layout(pq.block_t, pq.block_h, 64, warps),
+        L3K=row_layout(pk.block_t, pk.block_h, 64, warps),
+        CLQ=copy_layout(pq.block_t, 64, warps), CLK=copy_layout(pk.block_t, 64, warps),
+        ASYNC=VARIANTS[variant]), warps
+
+
+def main() -> None:
+    """Print the variants' sm_90 code counts beside the shipped kernel's, and where the
+    async variants issue their loads, copies and waits (results/tuning/
+    2026-12-05-kernel-ir-async-table.txt; Triton's bundled ptxas, no device)."""
+    import re
+
+    import kernel_ir
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    def compiled(variant: str, *shape):
+        kernel, args, warps = sm90_case(*shape, variant)
+        return kernel_ir.compile_for_sm90(kernel, args, warps, source=GluonASTSource), args
+
+    shapes = [(8192, 32, 8), (8192, 16, 2), (3973, 24, 24)]
+    print(f"Triton {triton.__version__}, sm_90, compiled without a device (the plan as on "
+          "an H200)\n")
+    rows = []
+    for shape in shapes:
+        label, kernel, args, warps = kernel_ir.fused_case("shipped", *shape, 128, 128)
+        rows.append((f"{shape} shipped {label.split(': ')[1]}",
+                     kernel_ir.counts(kernel_ir.compile_for_sm90(kernel, args, warps))))
+        rows += [(f"{shape} gluon-{v}", kernel_ir.counts(compiled(v, *shape)[0]))
+                 for v in VARIANTS]
+    keys = list(rows[0][1])
+    print("| kernel | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for label, c in rows:
+        print(f"| {label} | " + " | ".join(str(c[k]) for k in keys) + " |")
+    for v in ("async", "async-rows"):
+        print(f"\nSASS order, (8192, 32, 8) gluon-{v}, the q tile's path (global loads, "
+              "copies, waits, barriers, rsqrt, stores):")
+        for line in kernel_ir.cuobjdump(compiled(v, 8192, 32, 8)[0], "-sass").splitlines():
+            m = re.search(r"/\*([0-9a-f]{4})\*/\s+(.*?);", line)
+            if m and re.search(r"LDG|LDGSTS|DEPBAR|BAR\.SYNC|MUFU\.RSQ|STG|EXIT", m[2]):
+                print("  ", m[1], m[2][:80])
+                if "EXIT" in m[2] and "@" not in m[2]:
+                    break
+    print("\nThe persistent kernel (2 stages in shared memory; registers as ptxas allots "
+          "them):\n")
+    print("| kernel | item (tokens) / head blocks | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 2) + "|")
+    for shape in shapes:
+        c, args = compiled("persistent-2", *shape)
+        print(f"| {shape} persistent | {args['BT']} / q {args['BHQ']}, k {args['BHK']} | "
+              + " | ".join(str(kernel_ir.counts(c)[k]) for k in keys) + " |")
 
 
 # -- Persistent programs, one item (BT tokens, every q and k head) ahead in shared memory --
@@ -398,3 +434,7 @@ def persistent_args(T: int, HQ: int, HK: int, D: int, warps: int = 4) -> dict:
                 CRQ=tile_layout(bt, hqp, D, warps), CRK=tile_layout(bt, hkp, D, warps),
                 CL=copy_layout(bt, D // 2, warps), L3Q=tile_layout(bt, bhq, D // 2, warps),
                 L3K=tile_layout(bt, bhk, D // 2, warps))
+
+
+if __name__ == "__main__":
+    main()
