@@ -155,22 +155,29 @@ def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
     rotary, a natural-width pass-through tile) and its PDL variant: 0 without PDL, else
     ``plan.pdl_variant`` of the tiles without PDL. Partial rotary takes its own program
-    size but in variant 1, which keeps the larger programs; past the L2, k tiles of few
-    tokens (``Settings``)."""
+    size but in variant 1, which keeps the larger programs; full rotary takes the smaller
+    programs of ``plan.few_programs``' launches; past the L2, k tiles of few tokens
+    (``Settings``)."""
+    s = plan.SETTINGS
     partial = rotary_dim < head_dim
     width = rotary_dim + next_pow2(head_dim) * partial
     rows = tokens * (heads_q + heads_k) * head_dim * element_size
-    k_ratio = plan.SETTINGS.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
+    k_ratio = s.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
 
-    def plans(own_size: bool) -> tuple[TilePlan, TilePlan]:
-        return plan_pair(tokens, heads_q, heads_k, width, element_size, device,
-                         plan.SETTINGS.partial_elems_per_program if own_size else None,
-                         k_ratio)
+    def plans(elems: int | None = None, per_warp: int | None = None,
+              spread: bool = True) -> tuple[TilePlan, TilePlan]:
+        return plan_pair(tokens, heads_q, heads_k, width, element_size, device, elems,
+                         k_ratio, per_warp, spread)
 
-    own = plans(partial)
+    if partial:
+        own = plans(s.partial_elems_per_program)
+    elif plan.few_programs(plans(spread=False), device):
+        own = plans(s.few_elems_per_program, s.few_elems_per_warp)
+    else:
+        own = plans()
     variant = plan.pdl_variant(*own, device) if pdl else 0
     if partial and variant == 1:
-        return plans(False), variant
+        return plans(), variant
     return own, variant
 
 

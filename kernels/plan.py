@@ -57,6 +57,20 @@ class Settings:
     # Programs per multiprocessor below which rows are spread thinner, so that decode widths
     # keep the whole chip busy instead of leaving it idle behind a few large tiles.
     min_programs_per_sm: float = 4
+    # A full-rotary fused launch whose tiles of ``elems_per_program`` number at least
+    # ``min_programs_per_sm`` (so not spread) but fewer than this many a multiprocessor -- a
+    # few waves, whose ramp and tail weigh -- takes programs of ``few_elems_per_program``
+    # in warps of ``few_elems_per_warp`` (16 elements a thread instead of 32). On an H100
+    # (results/tuning/2026-12-05-h100-program-warps, null arms within -0.8 / +1.1 %) 2048
+    # elements in 4 warps ran 0.0-9.8 % faster hot and 0.7-7.0 % cold at the seven cells
+    # of 4-20 programs a multiprocessor ((32,8) x 128 at T = 512-2048, (16,2) x 128 at
+    # T = 1024-4096), and 0.4-3.5 % slower at 39 and more ((32,8) x 128 from T = 4096,
+    # DiT); (16,2) x 128 at T = 8192 (47) gained cold (-2.4 %) and lost hot (+1.8 %).
+    # Partial rotary, already at 2048 elements in 2 warps, lost 1.4-2.9 % in 4 warps. The
+    # H200 has not run these sizes below T = 8192.
+    few_programs_per_sm: float = 24
+    few_elems_per_program: int = 2048
+    few_elems_per_warp: int = 512
     # Largest share of padded (masked) heads a head block may carry.
     max_head_padding: float = 1.125
     # Rows are never spread so thin that a warp's thread holds less than this many bytes of
@@ -273,13 +287,23 @@ def min_programs(device: torch.device) -> int:
     return max(1, int(SETTINGS.min_programs_per_sm * _sm_count(device.index or 0)))
 
 
+def few_programs(plans: tuple[TilePlan, TilePlan], device: torch.device) -> bool:
+    """Whether a launch of ``plans`` (not spread: ``plan_pair(spread=False)``) holds at
+    least ``min_programs`` and fewer than ``Settings.few_programs_per_sm`` programs a
+    multiprocessor of ``device`` (never on the CPU, which spreads nothing)."""
+    programs = sum(p.programs for p in plans)
+    return (device.type == "cuda" and min_programs(device) <= programs
+            < SETTINGS.few_programs_per_sm * _sms(device))
+
+
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,
               device: torch.device, elems_per_program: int | None = None,
-              k_token_ratio: int = 0,
-              elems_per_warp: int | None = None) -> tuple[TilePlan, TilePlan]:
+              k_token_ratio: int = 0, elems_per_warp: int | None = None,
+              spread: bool = True) -> tuple[TilePlan, TilePlan]:
     """Plans for the q and the k rows of one launch, sharing the chip by their row counts;
-    with ``k_token_ratio``, k tiles of at most that many times a q tile's tokens."""
-    total = min_programs(device)
+    with ``k_token_ratio``, k tiles of at most that many times a q tile's tokens; without
+    ``spread``, tiles of the full program size however few."""
+    total = min_programs(device) if spread else 1
     share_q = -(-total * heads_q // (heads_q + heads_k))
     plan_q = plan_tiles(tokens, heads_q, width, element_size, share_q, elems_per_program,
                         elems_per_warp)

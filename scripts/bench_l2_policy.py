@@ -3,9 +3,9 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps|tiles-3.8
-                |norm|rope|async-table|table-cached|persistent]
-        [--geometries d128|d128-dit|goals]
+        [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps|few-programs
+                |tiles-3.8|norm|rope|async-table|table-cached|persistent]
+        [--geometries d128|d128-dit|goals|qwen3]
         [--cold] [--route fused|split]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
@@ -118,12 +118,20 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     # program whatever its warps (1, 2 or 4), and 4096 in two or four warps the slowest.
     # The fused kernel's settings: since 3.10 the split route's launches have their own
     # (``norm``, ``rope``), so under ``--route split`` these arms run the default's code.
+    # Every size at every T: the rule for launches of few programs (``few_programs_per_sm``)
+    # off.
     "program-warps": {
         "default": {}, "default-again": {},
-        "e2048-w2": {"elems_per_program": 2048},
-        "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512},
-        "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512},
-        "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256},
+        **{name: {**sizes, "few_programs_per_sm": 0} for name, sizes in {
+            "e2048-w2": {"elems_per_program": 2048},
+            "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512},
+            "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512},
+            "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256}}.items()},
+    },
+    # The rule for launches of few programs (since 3.11) off, with and without PDL.
+    "few-programs": {
+        "default": {}, "default-again": {}, "few-off": {"few_programs_per_sm": 0},
+        "pdl": {"pdl": True}, "pdl-few-off": {"pdl": True, "few_programs_per_sm": 0},
     },
     # Tile choices measured while a tile of fewer than its tensor's heads divided by a
     # run-time head-block count (before 3.8), whose balance the constant divisors may move:
@@ -180,7 +188,8 @@ def copy_arms(arms: str) -> dict[str, tuple[int, int | None] | None]:
 
 def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
     """Tiny under --quick; else D = 128 GQA at each of ``tokens`` (``d128``), with DiT
-    (``d128-dit``), or DiT and every prefill geometry at each of ``tokens`` (``goals``)."""
+    (``d128-dit``), DiT and every prefill geometry at each of ``tokens`` (``goals``), or the
+    four D = 128 decode geometries (``qwen3``)."""
     from qkbench.case import Geometry
 
     if quick:
@@ -191,6 +200,9 @@ def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Sha
         return [Shape(g, t, 40960) for g in gqa for t in tokens]
     if geometries == "d128-dit":
         return [dit, *(Shape(g, t, 40960) for g in gqa for t in tokens)]
+    if geometries == "qwen3":  # the qwen3-decode protocol's geometries
+        return [Shape(Geometry(f"qwen3-{hq}x{hk}", hq, hk, 128), t, 40960)
+                for t in tokens for hq, hk in ((8, 1), (16, 8), (32, 8), (64, 8))]
     text = dict(weight_mode="offset", inplace=False)
     prefill = [*gqa, Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
                Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
@@ -280,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visit", type=int, default=5)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--arms", choices=sorted(ARM_SETS), default="k-tiles")
-    parser.add_argument("--geometries", choices=("d128", "d128-dit", "goals"), default="d128")
+    parser.add_argument("--geometries", choices=("d128", "d128-dit", "goals", "qwen3"),
+                        default="d128")
     parser.add_argument("--cold", action="store_true",
                         help="each arm cycles over buffer sets sweeping twice the L2")
     parser.add_argument("--route", choices=("fused", "split"), default="fused",

@@ -91,13 +91,50 @@ def test_a_pdl_variant_that_would_never_wait_is_refused(variant):
 
 
 def test_the_pdl_rule_counts_warps_against_its_threshold():
-    # 1024 tokens of (32,8): 1280 four-warp programs, 38.8 warps a multiprocessor.
-    few = fused_plans(1024, 32, 8, 128, 128, H200, pdl=True)
+    # 512 tokens of (32,8): 1280 four-warp programs of 2048 elements, 38.8 warps an SM.
+    few = fused_plans(512, 32, 8, 128, 128, H200, pdl=True)
     assert plan.pdl_variant(*few, H200) == 1
     with plan.use(pdl_wait_first_warps_per_sm=38):
         assert plan.pdl_variant(*few, H200) == 2
     with plan.use(pdl_variant=2):
         assert plan.pdl_variant(*fused_plans(1, 32, 8, 128, 128, H200, pdl=True), H200) == 2
+
+
+@pytest.mark.parametrize("tokens, heads_q, heads_k, expected", [
+    # 640 and 2560 programs of 4096 elements: 4.8 and 19.4 a multiprocessor.
+    (512, 32, 8, ((1, 16, 4), (2, 8, 4))), (2048, 32, 8, ((1, 16, 4), (2, 8, 4))),
+    # 576 and 2304: 4.4 and 17.5.
+    (1024, 16, 2, ((1, 16, 4), (8, 2, 4))), (4096, 16, 2, ((1, 16, 4), (8, 2, 4)))])
+def test_a_launch_of_few_programs_takes_2048_element_programs_in_four_warps(
+        tokens, heads_q, heads_k, expected):
+    assert tiles(fused_plans(tokens, heads_q, heads_k, 128, 128, H200)) == expected
+
+
+@pytest.mark.parametrize("tokens, heads_q, heads_k, head_dim, rotary_dim", [
+    (4096, 32, 8, 128, 128),  # 5120 programs, 38.8 a multiprocessor
+    (3973, 24, 24, 128, 128),  # DiT: 5964, 45
+    (8192, 16, 2, 128, 128),  # past the L2: 6144, 46.5
+    (256, 32, 8, 128, 128),  # 320 programs of 4096 elements: spread, a decode width
+    (1024, 16, 2, 256, 64)])  # partial rotary keeps its own programs
+def test_other_launches_keep_their_programs(tokens, heads_q, heads_k, head_dim, rotary_dim):
+    with plan.use(few_programs_per_sm=0):
+        before = fused_tiles(tokens, heads_q, heads_k, head_dim, rotary_dim, H200, pdl=True)
+    assert fused_tiles(tokens, heads_q, heads_k, head_dim, rotary_dim, H200,
+                       pdl=True) == before
+
+
+def test_the_few_programs_threshold_counts_the_full_size_programs():
+    # 2048 tokens of (32,8): 2560 programs of 4096 elements, 19.4 a multiprocessor.
+    default = ((1, 32, 4), (4, 8, 4))
+    with plan.use(few_programs_per_sm=2560 / 132):
+        assert tiles(fused_plans(2048, 32, 8, 128, 128, H200)) == default
+    with plan.use(few_programs_per_sm=2561 / 132):
+        assert tiles(fused_plans(2048, 32, 8, 128, 128, H200)) != default
+
+
+def test_the_cpu_never_takes_the_smaller_programs():
+    cpu = torch.device("cpu")
+    assert tiles(fused_plans(64, 32, 8, 128, 128, cpu)) == ((1, 32, 4), (4, 8, 4))
 
 
 def test_decode_widths_spread_the_rows_over_the_whole_chip():

@@ -8,6 +8,7 @@ import torch
 from qkbench.accuracy import differing_share
 from qkbench.case import Case, Geometry, make_inputs
 from qkbench.kernels import launch, plan, qk_norm_rope, qk_norm_rope_split, rms_norm, rope
+from qkbench.kernels.fused import fused_plans
 
 from conftest import gpu_only
 from helpers import assert_bit_identical, assert_matches_oracle, oracle_of
@@ -193,6 +194,22 @@ PDL_CASES = [*GPU_TILE_CASES,
 def test_programmatic_dependent_launch_is_bit_identical_to_the_split_route(c, variant, device):
     with plan.use(pdl_variant=variant):
         _, (fq, fk), (sq, sk) = routes_on(c, 4, device, pdl=True)
+    assert_bit_identical(fq, sq, "q")
+    assert_bit_identical(fk, sk, "k")
+
+
+@gpu_only
+@pytest.mark.parametrize("c", [pytest.param(c, id=case_id(c)) for c in (
+    case(tokens=2048, head_dim=128, heads_q=32, heads_k=8, inplace=False),
+    case(tokens=1024, head_dim=128, heads_q=16, heads_k=2, style="gptj"))])
+def test_a_launch_of_few_programs_is_bit_identical_to_the_split_route(c, device):
+    with launch.recording() as launches:
+        _, (fq, fk), (sq, sk) = routes_on(c, 5, device)
+    g = c.geometry
+    plan_q, _ = fused_plans(c.tokens, g.heads_q, g.heads_k, g.head_dim, g.head_dim,
+                            torch.device(device))
+    assert plan_q.block_t * plan_q.block_h * g.head_dim == plan.SETTINGS.few_elems_per_program
+    assert launches[0][0].options["num_warps"] == 4
     assert_bit_identical(fq, sq, "q")
     assert_bit_identical(fk, sk, "k")
 
