@@ -67,7 +67,12 @@ class Settings:
     # T = 1024-4096), and 0.4-3.5 % slower at 39 and more ((32,8) x 128 from T = 4096,
     # DiT); (16,2) x 128 at T = 8192 (47) gained cold (-2.4 %) and lost hot (+1.8 %).
     # Partial rotary, already at 2048 elements in 2 warps, lost 1.4-2.9 % in 4 warps. The
-    # H200 has not run these sizes below T = 8192.
+    # rule, gated against 3.10 on an H100 (results/h100/2026-12-05-v311, T = 256-8192 at
+    # (32,8), (16,2) and (64,8) x 128): faster at all 9 cells it changes, 0.8-9.9 % hot and
+    # cold, but (64,8) T = 1024 hot (-0.2 %, unresolved); the 9 it leaves alone within
+    # 0.11 %. With PDL it is mixed: (32,8) x 128 at T = 512 ran 2.0-5.1 % slower than
+    # 4096-element programs with PDL, (16,8) x 128 at T = 1024 10.5-15.3 % faster. The H200
+    # has not run these sizes below T = 8192.
     few_programs_per_sm: float = 24
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
