@@ -127,7 +127,7 @@ TILE_SETTINGS = {
     "large-tiles": {"elems_per_program": 16384, "partial_elems_per_program": 16384,
                     "rope_elems_per_program": 16384},
     "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
-    "few-programs": {"min_programs_per_sm": 0.25},
+    "spread-little": {"min_programs_per_sm": 0.25},
     "rebuilt-tree": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},
     "chunks-always": {"interleave_qk_span_ratio": 64},
