@@ -156,8 +156,8 @@ def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
     rotary, a natural-width pass-through tile) and its PDL variant: 0 without PDL, else
     ``plan.pdl_variant`` of the tiles without PDL. Partial rotary takes its own program
     size but in variant 1, which keeps the larger programs; full rotary takes the smaller
-    programs of ``plan.few_programs``' launches; past the L2, k tiles of few tokens
-    (``Settings``)."""
+    programs of ``plan.few_programs``' launches (with PDL, those past one wave); past the
+    L2, k tiles of few tokens (``Settings``)."""
     s = plan.SETTINGS
     partial = rotary_dim < head_dim
     width = rotary_dim + next_pow2(head_dim) * partial
@@ -171,7 +171,7 @@ def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
 
     if partial:
         own = plans(s.partial_elems_per_program)
-    elif plan.few_programs(plans(spread=False), device):
+    elif plan.few_programs(plans(spread=False), device, pdl):
         own = plans(s.few_elems_per_program, s.few_elems_per_warp)
     else:
         own = plans()

@@ -76,6 +76,16 @@ class Settings:
     few_programs_per_sm: float = 24
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
+    # A PDL launch keeps its full-size programs where they hold at most this many warps a
+    # multiprocessor: one wave of variant 1's (95 registers at 4096 elements in 4 warps, so
+    # 5 programs a multiprocessor; the smaller programs take 63, 8 a multiprocessor, and
+    # twice the programs then make 1.1-1.2 waves). On an H100 (results/h100/
+    # 2026-12-05-v311, with PDL): where the full-size launch was one wave, the smaller
+    # programs ran 2.0-5.1 % slower at (32,8) x 128 T = 512 and +3.2 / -0.8 % (hot / cold)
+    # at (64,8) x 128 T = 256 (the gate against 3.10's fused-pdl: +4.7 and +2.8 %), level
+    # at (16,2) x 128 T = 1024, -9.0 / +1.7 % at (8,1) x 128 T = 2048; where it was 1.2
+    # waves ((16,8) x 128 T = 1024) they ran 10.5-15.3 % faster.
+    few_programs_pdl_wave_warps_per_sm: float = 20
     # Largest share of padded (masked) heads a head block may carry.
     max_head_padding: float = 1.125
     # Rows are never spread so thin that a warp's thread holds less than this many bytes of
@@ -255,8 +265,13 @@ def pdl_variant(plan_q: TilePlan, plan_k: TilePlan, device: torch.device) -> int
                          f"{s.pdl_variant!r}")
     if s.pdl_variant:
         return s.pdl_variant
-    warps = (plan_q.programs + plan_k.programs) * max(plan_q.num_warps, plan_k.num_warps)
-    return 2 if warps > s.pdl_wait_first_warps_per_sm * _sms(device) else 1
+    return 2 if warps_per_sm((plan_q, plan_k), device) > s.pdl_wait_first_warps_per_sm else 1
+
+
+def warps_per_sm(plans: tuple[TilePlan, TilePlan], device: torch.device) -> float:
+    """The warps a launch of ``plans`` (one warp count for both) holds a multiprocessor."""
+    return (sum(p.programs for p in plans) * max(p.num_warps for p in plans)
+            / _sms(device))
 
 
 def _sms(device: torch.device) -> int:
@@ -292,13 +307,16 @@ def min_programs(device: torch.device) -> int:
     return max(1, int(SETTINGS.min_programs_per_sm * _sm_count(device.index or 0)))
 
 
-def few_programs(plans: tuple[TilePlan, TilePlan], device: torch.device) -> bool:
+def few_programs(plans: tuple[TilePlan, TilePlan], device: torch.device, pdl: bool) -> bool:
     """Whether a launch of ``plans`` (not spread: ``plan_pair(spread=False)``) holds at
     least ``min_programs`` and fewer than ``Settings.few_programs_per_sm`` programs a
-    multiprocessor of ``device`` (never on the CPU, which spreads nothing)."""
+    multiprocessor of ``device`` (never on the CPU, which spreads nothing) and, with
+    ``pdl``, more than ``Settings.few_programs_pdl_wave_warps_per_sm`` warps."""
+    s = SETTINGS
     programs = sum(p.programs for p in plans)
-    return (device.type == "cuda" and min_programs(device) <= programs
-            < SETTINGS.few_programs_per_sm * _sms(device))
+    return (device.type == "cuda"
+            and min_programs(device) <= programs < s.few_programs_per_sm * _sms(device)
+            and not (pdl and warps_per_sm(plans, device) <= s.few_programs_pdl_wave_warps_per_sm))
 
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,

@@ -91,8 +91,9 @@ def test_a_pdl_variant_that_would_never_wait_is_refused(variant):
 
 
 def test_the_pdl_rule_counts_warps_against_its_threshold():
-    # 512 tokens of (32,8): 1280 four-warp programs of 2048 elements, 38.8 warps an SM.
-    few = fused_plans(512, 32, 8, 128, 128, H200, pdl=True)
+    # 1024 tokens of (32,8): 1280 four-warp programs of 4096 elements, 38.8 warps an SM.
+    with plan.use(few_programs_per_sm=0):
+        few = fused_plans(1024, 32, 8, 128, 128, H200, pdl=True)
     assert plan.pdl_variant(*few, H200) == 1
     with plan.use(pdl_wait_first_warps_per_sm=38):
         assert plan.pdl_variant(*few, H200) == 2
@@ -130,6 +131,22 @@ def test_the_few_programs_threshold_counts_the_full_size_programs():
         assert tiles(fused_plans(2048, 32, 8, 128, 128, H200)) == default
     with plan.use(few_programs_per_sm=2561 / 132):
         assert tiles(fused_plans(2048, 32, 8, 128, 128, H200)) != default
+
+
+@pytest.mark.parametrize("tokens, heads_q, heads_k", [
+    (512, 32, 8), (256, 64, 8), (1024, 16, 2), (2048, 8, 1)])  # 17.5-19.4 warps an SM
+def test_a_pdl_launch_of_one_wave_keeps_its_full_size_programs(tokens, heads_q, heads_k):
+    full = fused_plans(tokens, heads_q, heads_k, 128, 128, H200, pdl=True)
+    assert full[0].block_t * full[0].block_h * 128 == plan.SETTINGS.elems_per_program
+    assert full != fused_plans(tokens, heads_q, heads_k, 128, 128, H200)
+
+
+def test_a_pdl_launch_past_one_wave_takes_the_smaller_programs():
+    # 1024 tokens of (16,8): 768 four-warp programs of 4096 elements, 23.3 warps an SM.
+    plans, variant = fused_tiles(1024, 16, 8, 128, 128, H200, pdl=True)
+    assert tiles(plans) == ((1, 16, 4), (2, 8, 4)) and variant == 1
+    with plan.use(few_programs_pdl_wave_warps_per_sm=23.3):
+        assert tiles(fused_plans(1024, 16, 8, 128, 128, H200, pdl=True))[0] == (2, 16, 4)
 
 
 def test_the_cpu_never_takes_the_smaller_programs():
