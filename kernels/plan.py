@@ -62,11 +62,11 @@ class Settings:
     # few waves, whose ramp and tail weigh -- takes programs of ``few_elems_per_program``
     # in warps of ``few_elems_per_warp`` (16 elements a thread instead of 32). On an H100
     # (results/tuning/2026-12-05-h100-program-warps, null arms within -0.8 / +1.1 %) 2048
-    # elements in 4 warps ran 0.0-9.8 % faster hot and 0.7-7.0 % cold at the seven cells
+    # elements in 4 warps ran 0.0-9.8 % faster hot and 0.7-7.0 % cold at the six cells
     # of 4-20 programs a multiprocessor ((32,8) x 128 at T = 512-2048, (16,2) x 128 at
-    # T = 1024-4096), and 0.4-3.5 % slower at 39 and more ((32,8) x 128 from T = 4096,
-    # DiT); (16,2) x 128 at T = 8192 (47) gained cold (-2.4 %) and lost hot (+1.8 %).
-    # Partial rotary, already at 2048 elements in 2 warps, lost 1.4-2.9 % in 4 warps. The
+    # T = 1024-4096), and 0.1-3.5 % slower at 39 and more ((32,8) x 128 from T = 4096,
+    # DiT); (16,2) x 128 at T = 8192 (35) gained cold (-2.4 %) and lost hot (+1.8 %).
+    # Partial rotary, already at 2048 elements in 2 warps, lost 1.4-3.3 % in 4 warps. The
     # rule, gated against 3.10 on an H100 (results/h100/2026-12-05-v311, T = 256-8192 at
     # (32,8), (16,2) and (64,8) x 128): faster at all 9 cells it changes, 0.8-9.9 % hot and
     # cold, but (64,8) T = 1024 hot (-0.2 %, unresolved); the 9 it leaves alone within
@@ -76,8 +76,9 @@ class Settings:
     few_programs_per_sm: float = 24
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
-    # A PDL launch keeps its full-size programs where they hold at most this many warps a
-    # multiprocessor: one wave of variant 1's (95 registers at 4096 elements in 4 warps, so
+    # A PDL launch of variant 1 (``pdl_variant``) keeps its full-size programs where they
+    # hold at most this many warps a multiprocessor: one wave of them (95 registers at 4096
+    # elements in 4 warps, so
     # 5 programs a multiprocessor; the smaller programs take 63, 8 a multiprocessor, and
     # twice the programs then make 1.1-1.2 waves). On an H100 (results/h100/
     # 2026-12-05-v311, with PDL): where the full-size launch was one wave, the smaller
@@ -310,13 +311,15 @@ def min_programs(device: torch.device) -> int:
 def few_programs(plans: tuple[TilePlan, TilePlan], device: torch.device, pdl: bool) -> bool:
     """Whether a launch of ``plans`` (not spread: ``plan_pair(spread=False)``) holds at
     least ``min_programs`` and fewer than ``Settings.few_programs_per_sm`` programs a
-    multiprocessor of ``device`` (never on the CPU, which spreads nothing) and, with
-    ``pdl``, more than ``Settings.few_programs_pdl_wave_warps_per_sm`` warps."""
+    multiprocessor of ``device`` (never on the CPU, which spreads nothing), and is not a
+    PDL launch of variant 1 of at most ``Settings.few_programs_pdl_wave_warps_per_sm``
+    warps."""
     s = SETTINGS
     programs = sum(p.programs for p in plans)
-    return (device.type == "cuda"
-            and min_programs(device) <= programs < s.few_programs_per_sm * _sms(device)
-            and not (pdl and warps_per_sm(plans, device) <= s.few_programs_pdl_wave_warps_per_sm))
+    one_wave = (pdl and pdl_variant(*plans, device) == 1
+                and warps_per_sm(plans, device) <= s.few_programs_pdl_wave_warps_per_sm)
+    return (device.type == "cuda" and not one_wave
+            and min_programs(device) <= programs < s.few_programs_per_sm * _sms(device))
 
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,

@@ -44,25 +44,29 @@ GOALS_SHARE = {  # geometry -> share of copy the fused route must reach at T >= 
     "qwen3-32x8": 0.94, "qwen3-16x2": 0.92, "qwen3.5-16x2": 0.92, "qwen3.5-24x4": 0.92,
     "dit-24x24": 0.90,
 }
-# Plan settings tried beside the default (kernels.plan.Settings fields).
+# Plan settings tried beside the default (kernels.plan.Settings fields). A variant that sets
+# the programs' size or spread turns off the rule for launches of few programs
+# (``few_programs_per_sm``), which would otherwise swap its size for its own at some T.
+OWN_SIZE = {"few_programs_per_sm": 0}
 DECODE_VARIANTS = {
-    "rows1": {"min_bytes_per_thread": 0},  # one row per program where the chip asks for it
-    "spread1": {"min_programs_per_sm": 1},
-    "spread1/4": {"min_programs_per_sm": 0.25},
+    # one row per program where the chip asks for it
+    "rows1": {"min_bytes_per_thread": 0, **OWN_SIZE},
+    "spread1": {"min_programs_per_sm": 1, **OWN_SIZE},
+    "spread1/4": {"min_programs_per_sm": 0.25, **OWN_SIZE},
     # Two rows per one-warp program at T = 64 (32,8), as (16,2) gets by default there.
-    "spread8": {"min_programs_per_sm": 8},
-    "warp512": {"elems_per_warp": 512},
+    "spread8": {"min_programs_per_sm": 8, **OWN_SIZE},
+    "warp512": {"elems_per_warp": 512, **OWN_SIZE},
     "rebuilt": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
     "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
 }
 LARGE_VARIANTS = {
-    "elems2048": {"elems_per_program": 2048},
+    "elems2048": {"elems_per_program": 2048, **OWN_SIZE},
     # Partial rotary with version 3.2's two-warp programs of 8 rows (the default before).
     "partial4096": {"partial_elems_per_program": 4096},
-    "elems8192": {"elems_per_program": 8192},
-    "warp512": {"elems_per_warp": 512},
-    "warp2048": {"elems_per_warp": 2048},
+    "elems8192": {"elems_per_program": 8192, **OWN_SIZE},
+    "warp512": {"elems_per_warp": 512, **OWN_SIZE},
+    "warp2048": {"elems_per_warp": 2048, **OWN_SIZE},
     "rebuilt": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
     "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles

@@ -43,6 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import (
+    OWN_SIZE,
     Shape,
     add_device_options,
     call,
@@ -110,19 +111,18 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     # Smaller programs: one launch copying the rows ran fastest at 1024 elements a program.
     "programs": {
         "default": {}, "default-again": {},
-        "elems1024": {"elems_per_program": 1024, "partial_elems_per_program": 1024},
-        "elems2048": {"elems_per_program": 2048},
-        "warp512": {"elems_per_warp": 512},
+        "elems1024": {"elems_per_program": 1024, "partial_elems_per_program": 1024,
+                      **OWN_SIZE},
+        "elems2048": {"elems_per_program": 2048, **OWN_SIZE},
+        "warp512": {"elems_per_warp": 512, **OWN_SIZE},
     },
     # Smaller programs in more warps: the rows' copy runs fastest at 1024 elements a
     # program whatever its warps (1, 2 or 4), and 4096 in two or four warps the slowest.
     # The fused kernel's settings: since 3.10 the split route's launches have their own
     # (``norm``, ``rope``), so under ``--route split`` these arms run the default's code.
-    # Every size at every T: the rule for launches of few programs (``few_programs_per_sm``)
-    # off.
     "program-warps": {
         "default": {}, "default-again": {},
-        **{name: {**sizes, "few_programs_per_sm": 0} for name, sizes in {
+        **{name: {**sizes, **OWN_SIZE} for name, sizes in {
             "e2048-w2": {"elems_per_program": 2048},
             "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512},
             "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512},
@@ -142,7 +142,7 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "partial-4096": {"partial_elems_per_program": 4096},
         "partial-1024": {"partial_elems_per_program": 1024},
         "k-ratio-1": {"k_token_ratio_past_l2": 1},
-        "elems2048": {"elems_per_program": 2048},
+        "elems2048": {"elems_per_program": 2048, **OWN_SIZE},
         "q-then-k": {"interleave_qk_span_ratio": 0},
     },
     # The split route's rms_norm programs (run with ``--route split``; the default holds

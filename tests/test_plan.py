@@ -114,7 +114,7 @@ def test_a_launch_of_few_programs_takes_2048_element_programs_in_four_warps(
 @pytest.mark.parametrize("tokens, heads_q, heads_k, head_dim, rotary_dim", [
     (4096, 32, 8, 128, 128),  # 5120 programs, 38.8 a multiprocessor
     (3973, 24, 24, 128, 128),  # DiT: 5964, 45
-    (8192, 16, 2, 128, 128),  # past the L2: 6144, 46.5
+    (8192, 16, 2, 128, 128),  # 4608, 34.9
     (256, 32, 8, 128, 128),  # 320 programs of 4096 elements: spread, a decode width
     (1024, 16, 2, 256, 64)])  # partial rotary keeps its own programs
 def test_other_launches_keep_their_programs(tokens, heads_q, heads_k, head_dim, rotary_dim):
@@ -141,6 +141,19 @@ def test_a_pdl_launch_of_one_wave_keeps_its_full_size_programs(tokens, heads_q, 
     assert full != fused_plans(tokens, heads_q, heads_k, 128, 128, H200)
 
 
+def test_the_one_wave_threshold_counts_the_full_size_warps():
+    # 512 tokens of (32,8): 640 four-warp programs of 4096 elements, 19.39 warps an SM.
+    with plan.use(few_programs_pdl_wave_warps_per_sm=640 * 4 / 132):
+        assert tiles(fused_plans(512, 32, 8, 128, 128, H200, pdl=True))[0] == (1, 32, 4)
+    with plan.use(few_programs_pdl_wave_warps_per_sm=639 * 4 / 132):
+        assert tiles(fused_plans(512, 32, 8, 128, 128, H200, pdl=True))[0] == (1, 16, 4)
+
+
+def test_a_pdl_launch_waiting_first_takes_the_smaller_programs_within_one_wave():
+    with plan.use(pdl_variant=2):
+        assert tiles(fused_plans(512, 32, 8, 128, 128, H200, pdl=True))[0] == (1, 16, 4)
+
+
 def test_a_pdl_launch_past_one_wave_takes_the_smaller_programs():
     # 1024 tokens of (16,8): 768 four-warp programs of 4096 elements, 23.3 warps an SM.
     plans, variant = fused_tiles(1024, 16, 8, 128, 128, H200, pdl=True)
@@ -150,8 +163,9 @@ def test_a_pdl_launch_past_one_wave_takes_the_smaller_programs():
 
 
 def test_the_cpu_never_takes_the_smaller_programs():
+    # 10 programs of 4096 elements: fewer than 24 on the CPU's one "multiprocessor".
     cpu = torch.device("cpu")
-    assert tiles(fused_plans(64, 32, 8, 128, 128, cpu)) == ((1, 32, 4), (4, 8, 4))
+    assert tiles(fused_plans(8, 32, 8, 128, 128, cpu)) == ((1, 32, 4), (4, 8, 4))
 
 
 def test_decode_widths_spread_the_rows_over_the_whole_chip():

@@ -8,7 +8,6 @@ import torch
 from qkbench.accuracy import differing_share
 from qkbench.case import Case, Geometry, make_inputs
 from qkbench.kernels import launch, plan, qk_norm_rope, qk_norm_rope_split, rms_norm, rope
-from qkbench.kernels.fused import fused_plans
 
 from conftest import gpu_only
 from helpers import assert_bit_identical, assert_matches_oracle, oracle_of
@@ -120,14 +119,18 @@ def test_fused_route_is_bit_identical_to_split_route(c, seed, device):
 
 # Plan settings that cut rows into other tiles: several tokens and heads per program, one
 # row per program, more warps per row, fewer and larger programs.
+# The settings of sizes turn off the rule for launches of few programs, which would swap the
+# size for its own on a GPU.
+OWN_SIZE = {"few_programs_per_sm": 0}
 TILE_SETTINGS = {
     "tiny-tiles": {"elems_per_program": 256, "partial_elems_per_program": 256,
-                   "rope_elems_per_program": 256, "min_bytes_per_thread": 0},
-    "many-warps": {"elems_per_program": 2048, "elems_per_warp": 128, "rope_elems_per_warp": 128},
+                   "rope_elems_per_program": 256, "min_bytes_per_thread": 0, **OWN_SIZE},
+    "many-warps": {"elems_per_program": 2048, "elems_per_warp": 128, "rope_elems_per_warp": 128,
+                   **OWN_SIZE},
     "large-tiles": {"elems_per_program": 16384, "partial_elems_per_program": 16384,
-                    "rope_elems_per_program": 16384},
-    "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0},
-    "spread-little": {"min_programs_per_sm": 0.25},
+                    "rope_elems_per_program": 16384, **OWN_SIZE},
+    "spread-thin": {"min_programs_per_sm": 16, "min_bytes_per_thread": 0, **OWN_SIZE},
+    "spread-little": {"min_programs_per_sm": 0.25, **OWN_SIZE},
     "rebuilt-tree": {"whole_pass_tile": False},
     "q-then-k": {"interleave_qk_span_ratio": 0},
     "chunks-always": {"interleave_qk_span_ratio": 64},
@@ -205,11 +208,10 @@ def test_programmatic_dependent_launch_is_bit_identical_to_the_split_route(c, va
 def test_a_launch_of_few_programs_is_bit_identical_to_the_split_route(c, device):
     with launch.recording() as launches:
         _, (fq, fk), (sq, sk) = routes_on(c, 5, device)
-    g = c.geometry
-    plan_q, _ = fused_plans(c.tokens, g.heads_q, g.heads_k, g.head_dim, g.head_dim,
-                            torch.device(device))
-    assert plan_q.block_t * plan_q.block_h * g.head_dim == plan.SETTINGS.few_elems_per_program
-    assert launches[0][0].options["num_warps"] == 4
+    fused = launches[0][0]
+    args, s = fused.settings()["args"], plan.SETTINGS
+    assert args["BTQ"] * args["BHQ"] * c.geometry.head_dim == s.few_elems_per_program
+    assert fused.options["num_warps"] == s.few_elems_per_program // s.few_elems_per_warp
     assert_bit_identical(fq, sq, "q")
     assert_bit_identical(fk, sk, "k")
 
