@@ -154,11 +154,9 @@ def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
                 ) -> tuple[tuple[TilePlan, TilePlan], int]:
     """The q and k tile plans of the fused launch (a row holds the pairs and, with partial
     rotary, a natural-width pass-through tile) and its PDL variant: 0 without PDL, else
-    ``plan.pdl_variant`` of the tiles (the ones without PDL but for the full-size tiles a
-    PDL launch of one wave keeps: ``plan.few_programs``). Partial rotary takes its own program
-    size but in variant 1, which keeps the larger programs; full rotary takes the smaller
-    programs of ``plan.few_programs``' launches (with PDL, those past one wave); past the
-    L2, k tiles of few tokens (``Settings``)."""
+    ``plan.pdl_variant`` of the tiles. Partial rotary takes its own program size but in
+    variant 1, which keeps the larger programs; full rotary takes smaller programs where
+    ``plan.few_programs`` says so; past the L2, k tiles of few tokens (``Settings``)."""
     s = plan.SETTINGS
     partial = rotary_dim < head_dim
     width = rotary_dim + next_pow2(head_dim) * partial

@@ -61,7 +61,8 @@ class Settings:
     # ``min_programs_per_sm`` (so not spread) but fewer than this many a multiprocessor -- a
     # few waves, whose ramp and tail weigh -- takes programs of ``few_elems_per_program``
     # in warps of ``few_elems_per_warp`` (16 elements a thread instead of 32). On an H100
-    # (results/tuning/2026-12-05-h100-program-warps, null arms within -0.8 / +1.1 %) 2048
+    # (results/tuning/2026-12-05-h100-program-warps, null arms at D = 128 and DiT within
+    # -0.8 / +1.1 %) 2048
     # elements in 4 warps ran 0.0-9.8 % faster hot and 0.7-7.0 % cold at the six cells
     # of 4-20 programs a multiprocessor ((32,8) x 128 at T = 512-2048, (16,2) x 128 at
     # T = 1024-4096), and 0.1-3.5 % slower at 39 and more ((32,8) x 128 from T = 4096,
@@ -77,15 +78,15 @@ class Settings:
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
     # A PDL launch of variant 1 (``pdl_variant``) keeps its full-size programs where they
-    # hold at most this many warps a multiprocessor: one wave of them (95 registers at 4096
-    # elements in 4 warps, so
-    # 5 programs a multiprocessor; the smaller programs take 63, 8 a multiprocessor, and
-    # twice the programs then make 1.1-1.2 waves). On an H100 (results/h100/
-    # 2026-12-05-v311, with PDL): where the full-size launch was one wave, the smaller
-    # programs ran 2.0-5.1 % slower at (32,8) x 128 T = 512 and +3.2 / -0.8 % (hot / cold)
-    # at (64,8) x 128 T = 256 (the gate against 3.10's fused-pdl: +4.7 and +2.8 %), level
-    # at (16,2) x 128 T = 1024, -9.0 / +1.7 % at (8,1) x 128 T = 2048; where it was 1.2
-    # waves ((16,8) x 128 T = 1024) they ran 10.5-15.3 % faster.
+    # hold at most this many warps a multiprocessor: one wave of them. Variant 1 holds 95
+    # registers at 4096 elements in 4 warps, so 5 programs a multiprocessor; the smaller
+    # programs take 63, 8 a multiprocessor, and twice the programs then make 1.1-1.2
+    # waves (results/tuning/2026-12-05-kernel-ir-few-programs.txt). On an H100
+    # (results/h100/2026-12-05-v311, with PDL): where the full-size launch was one wave,
+    # the smaller programs ran 2.0-5.1 % slower at (32,8) x 128 T = 512 and +3.2 / -0.8 %
+    # (hot / cold) at (64,8) x 128 T = 256 (fused-pdl in qwen3-decode against 3.10's: +4.7 and
+    # +2.8 %), level at (16,2) x 128 T = 1024, -9.0 / +1.7 % at (8,1) x 128 T = 2048; where
+    # it was 1.2 waves ((16,8) x 128 T = 1024) they ran 10.5-15.3 % faster.
     few_programs_pdl_wave_warps_per_sm: float = 20
     # Largest share of padded (masked) heads a head block may carry.
     max_head_padding: float = 1.125

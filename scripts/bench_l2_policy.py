@@ -122,11 +122,10 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     # (``norm``, ``rope``), so under ``--route split`` these arms run the default's code.
     "program-warps": {
         "default": {}, "default-again": {},
-        **{name: {**sizes, **OWN_SIZE} for name, sizes in {
-            "e2048-w2": {"elems_per_program": 2048},
-            "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512},
-            "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512},
-            "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256}}.items()},
+        "e2048-w2": {"elems_per_program": 2048, **OWN_SIZE},
+        "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512, **OWN_SIZE},
+        "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512, **OWN_SIZE},
+        "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256, **OWN_SIZE},
     },
     # The rule for launches of few programs (since 3.11) off, with and without PDL.
     "few-programs": {
