@@ -58,8 +58,10 @@ def _fused_tile(
         # tiles), and let the next launch start as the programs exit.
         tl.extra.cuda.gdc_wait()
 
-    # The table rows hang on a dependent load of the positions: issue them first, so that
-    # their latency overlaps the row loads and the reduction (it rules at decode widths).
+    # The table rows hang on a dependent load of the positions, so they come first here;
+    # ptxas still issues their loads after the reduction (results/tuning/
+    # 2026-12-04-kernel-ir-load-order.txt), and each way tried of forcing them earlier was
+    # slower (docs/kernel-notes.md: volatile loads in a fixed order, the table early).
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
                           stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
     i1, i2 = pair_offsets(R2, NEOX)

@@ -30,12 +30,12 @@ class Settings:
     partial_elems_per_program: int = 2048
     # Elements per warp: the warp count is the program's elements over this (1 to 8).
     elems_per_warp: int = 1024
-    # The split route's rms_norm programs: elements a program and a warp (0: the two
-    # above), so 16 elements a thread (two 16-byte vectors). At 32 (the fused kernel's
-    # 4096 in 4 warps) ptxas issues some of a thread's row loads only after the first
-    # row's sum of squares (results/tuning/2026-12-04-kernel-ir-norm-3.7-3.8-3.9.txt). On
-    # the H200 (results/tuning/2026-12-04-h200/l2policy-1f43122-norm, the split route
-    # timed whole, null arm within -0.3 / +0.4 %) 2048 in 4 warps ran 0.5-2.8 % faster at
+    # The split route's rms_norm programs: elements a program and a warp, so 16 elements
+    # a thread (two 16-byte vectors). At 32 (the fused kernel's 4096 in 4 warps) ptxas
+    # issues some of a thread's row loads only after the first row's sum of squares
+    # (results/tuning/2026-12-04-kernel-ir-norm-3.7-3.8-3.9.txt). On the H200
+    # (results/tuning/2026-12-04-h200/l2policy-1f43122-norm-*, the split route timed
+    # whole, null arm within -0.3 / +0.4 %) 2048 in 4 warps ran 0.5-2.8 % faster at
     # T = 8192 and 32768 and DiT, hot and cold, but for (16,2) x 128 at T = 8192 hot (in
     # the L2: -0.1 %); 4096 in 8 warps, whose row loads also all come first, -0.3 to
     # +0.8 %, and 2048 in 2 warps -1.3 to +1.1 %.

@@ -54,7 +54,7 @@ def rms_norm_kernel(
 def norm_plan(tokens: int, heads: int, head_dim: int, device: torch.device,
               element_size: int = 2) -> TilePlan:
     """The tile plan of an rms_norm launch."""
-    s = plan.SETTINGS  # plan_tiles takes 0 as "the fused kernel's", as it does None
+    s = plan.SETTINGS
     return plan_tiles(tokens, heads, next_pow2(head_dim), element_size, min_programs(device),
                       s.norm_elems_per_program, s.norm_elems_per_warp)
 

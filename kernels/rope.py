@@ -33,7 +33,8 @@ def _rope_tile(
     t, h = tile_coords(token_block, head_block, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
-    # The table rows first: they wait on a dependent load of the positions.
+    # The table rows first in the source, as they wait on a dependent load of the
+    # positions (ptxas orders the loads as it sees fit).
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
                           stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
     x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
@@ -88,7 +89,7 @@ def rope_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_di
                inplace: bool, device: torch.device,
                element_size: int = 2) -> tuple[TilePlan, TilePlan]:
     """The q and k tile plans of a rope launch."""
-    s = plan.SETTINGS  # plan_tiles takes 0 as "the fused kernel's", as it does None
+    s = plan.SETTINGS
     return plan_pair(tokens, heads_q, heads_k, rope_width(head_dim, rotary_dim, inplace),
                      element_size, device, s.rope_elems_per_program,
                      elems_per_warp=s.rope_elems_per_warp)

@@ -6,8 +6,10 @@ they run exactly these functions on the same values:
 
 * The sum of squares is an explicit pairwise tree over the row in its natural channel
   order, each level adding adjacent pairs. A two-element sum is commutative, so no thread
-  layout the compiler picks can change the result, and the fused kernel can rebuild the
-  same tree from the rotary halves and the pass-through channels that it loads apart.
+  layout the compiler picks can change the result. With full rotary the fused kernel
+  rebuilds that tree from the rotary halves it loads; with partial rotary it sums the
+  whole row as ``rms_norm`` does (``Settings.whole_pass_tile``; off, it rebuilds the tree
+  from the halves and the pass-through channels loaded apart).
 * The kernels are compiled without floating-point contraction (``enable_fp_fusion=False``,
   see ``COMPILE_OPTIONS``), so each multiply and add rounds on its own in both routes.
 

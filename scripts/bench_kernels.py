@@ -48,6 +48,12 @@ GOALS_SHARE = {  # geometry -> share of copy the fused route must reach at T >= 
 # the programs' size or spread turns off the rule for launches of few programs
 # (``few_programs_per_sm``), which would otherwise swap its size for its own at some T.
 OWN_SIZE = {"few_programs_per_sm": 0}
+BOTH_VARIANTS = {  # tried at decode widths and at large T
+    "warp512": {"elems_per_warp": 512, **OWN_SIZE},
+    "rebuilt": {"whole_pass_tile": False},
+    "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
+    "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
+}
 DECODE_VARIANTS = {
     # one row per program where the chip asks for it
     "rows1": {"min_bytes_per_thread": 0, **OWN_SIZE},
@@ -55,21 +61,15 @@ DECODE_VARIANTS = {
     "spread1/4": {"min_programs_per_sm": 0.25, **OWN_SIZE},
     # Two rows per one-warp program at T = 64 (32,8), as (16,2) gets by default there.
     "spread8": {"min_programs_per_sm": 8, **OWN_SIZE},
-    "warp512": {"elems_per_warp": 512, **OWN_SIZE},
-    "rebuilt": {"whole_pass_tile": False},
-    "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
-    "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
+    **BOTH_VARIANTS,
 }
 LARGE_VARIANTS = {
     "elems2048": {"elems_per_program": 2048, **OWN_SIZE},
     # Partial rotary with version 3.2's two-warp programs of 8 rows (the default before).
     "partial4096": {"partial_elems_per_program": 4096},
     "elems8192": {"elems_per_program": 8192, **OWN_SIZE},
-    "warp512": {"elems_per_warp": 512, **OWN_SIZE},
     "warp2048": {"elems_per_warp": 2048, **OWN_SIZE},
-    "rebuilt": {"whole_pass_tile": False},
-    "q-then-k": {"interleave_qk_span_ratio": 0},  # every q tile, then every k tile (version 3.2)
-    "chunks": {"interleave_qk_span_ratio": 64},  # q-then-k chunks of tokens at any tiles
+    **BOTH_VARIANTS,
 }
 DECODE_MAX = 64  # widths up to this get PDL and the decode variants; above, the split
 # route's three kernels are also timed alone against their own bytes
@@ -108,6 +108,25 @@ class Run:
         tmp.replace(self.out)
 
 
+# The table's positions at prefill widths, as in the prefill protocol.
+LONG_TABLE = 40960
+
+
+def protocol_geometries(name: str) -> tuple:
+    """The geometries of a shipped protocol, so that the benches time what it times."""
+    from qkbench import protocol
+
+    return protocol.load(name).geometries
+
+
+def dit_shape() -> Shape:
+    """The dit protocol's one cell."""
+    from qkbench import protocol
+
+    p = protocol.load("dit")
+    return Shape(p.geometries[0], p.tokens[0], p.max_position)
+
+
 def shapes(quick: bool) -> list[Shape]:
     from qkbench.case import Geometry
 
@@ -115,15 +134,10 @@ def shapes(quick: bool) -> list[Shape]:
         return [Shape(Geometry("tiny", 2, 1, 64), 3),
                 Shape(Geometry("tiny-partial", 2, 1, 128, 32, weight_mode="offset",
                                inplace=False), DECODE_MAX + 1)]
-    text = dict(weight_mode="offset", inplace=False)
-    geometries = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128),
-                  Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
-                  Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
+    prefill = protocol_geometries("prefill")
     # The goals first (decode, then bandwidth), so that a cut-off run keeps them.
-    out = [Shape(g, t) for t in (1, 8, 64) for g in geometries]
-    out.append(Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973))
-    out += [Shape(g, t, 40960) for t in (8192, 32768, 2048) for g in geometries]
-    return out
+    return [*(Shape(g, t) for t in (1, 8, 64) for g in prefill), dit_shape(),
+            *(Shape(g, t, LONG_TABLE) for t in (8192, 32768, 2048) for g in prefill)]
 
 
 def add_device_options(parser: argparse.ArgumentParser) -> None:
@@ -218,35 +232,24 @@ def measure_variant(run: Run, backend, entry: dict, label: str, op, inputs, inpl
 
 
 def split_kernels(run: Run, backend, inputs) -> dict:
-    """Each of the split route's three launches timed alone, with its own bytes: the two
-    norms (rows read and written, the weight) and the rotation in place (rotary channels
-    read and written, the table rows and positions). They add up to ``split_bytes``."""
-    from qkbench.kernels import rms_norm, rope
+    """Each of the split route's three launches timed alone, with its own bytes
+    (``traffic.split_launch_bytes``, which add up to ``split_bytes``)."""
+    from qkbench.kernels import rms_norm, rope, traffic
 
     opts = inputs.options
     q_out, k_out = torch.empty_like(inputs.q), torch.empty_like(inputs.k)
     norm = {"eps": opts["eps"], "weight_mode": opts["weight_mode"]}
-    rotary = opts["rotary_dim"]
-    tokens = inputs.positions.shape[-1]
-
-    def size(x: torch.Tensor, width: int | None = None) -> int:
-        return x.numel() // x.shape[-1] * (width or x.shape[-1]) * x.element_size()
-
     launches = {
-        "norm_q": (lambda: rms_norm(inputs.q, inputs.q_weight, out=q_out, **norm),
-                   2 * size(inputs.q) + size(inputs.q_weight)),
-        "norm_k": (lambda: rms_norm(inputs.k, inputs.k_weight, out=k_out, **norm),
-                   2 * size(inputs.k) + size(inputs.k_weight)),
-        "rope": (lambda: rope(q_out, k_out, inputs.positions, inputs.cos_sin_cache,
-                              rotary_dim=rotary, style=opts["style"],
-                              mrope_section=opts["mrope_section"],
-                              mrope_layout=opts["mrope_layout"]),
-                 2 * (size(q_out, rotary) + size(k_out, rotary))
-                 + tokens * rotary * inputs.cos_sin_cache.element_size()
-                 + inputs.positions.numel() * inputs.positions.element_size()),
+        "norm_q": lambda: rms_norm(inputs.q, inputs.q_weight, out=q_out, **norm),
+        "norm_k": lambda: rms_norm(inputs.k, inputs.k_weight, out=k_out, **norm),
+        "rope": lambda: rope(q_out, k_out, inputs.positions, inputs.cos_sin_cache,
+                             rotary_dim=opts["rotary_dim"], style=opts["style"],
+                             mrope_section=opts["mrope_section"],
+                             mrope_layout=opts["mrope_layout"]),
     }
-    return {name: {"us": per_call_us(run, backend, launch), "bytes": size_}
-            for name, (launch, size_) in launches.items()}
+    nbytes = inputs.call(traffic.split_launch_bytes)
+    return {name: {"us": per_call_us(run, backend, launch), "bytes": nbytes[name]}
+            for name, launch in launches.items()}
 
 
 def rows_copy(run: Run, backend, entry: dict, inputs, inplace: bool) -> dict:

@@ -43,14 +43,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import (
+    LONG_TABLE,
     OWN_SIZE,
     Shape,
     add_device_options,
     call,
     device_of,
+    dit_shape,
     identical,
     interleaved,
     launcher,
+    protocol_geometries,
 )
 
 # An arm key naming a variant of the prototype in ``proto_async_table.py`` (a CUDA device
@@ -67,7 +70,8 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "k-tiles-3.4": {"k_token_ratio_past_l2": 0},
         # Past the L2, k tiles of at most one or four times a q tile's tokens.
         "k-ratio-1": {"k_token_ratio_past_l2": 1}, "k-ratio-4": {"k_token_ratio_past_l2": 4},
-        # 3.5's k tiles at every T, the L2 taken as one byte.
+        # The rules past the L2 at every T, the L2 taken as one byte: 3.5's k tiles and,
+        # since 3.6, the table prefetch where its share rules it in (as ``past-l2``).
         "k-tiles-always": {"l2_bytes": 1},
     },
     "copies": {"default": {}, "default-again": {}},
@@ -186,26 +190,21 @@ def copy_arms(arms: str) -> dict[str, tuple[int, int | None] | None]:
 
 
 def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
-    """Tiny under --quick; else D = 128 GQA at each of ``tokens`` (``d128``), with DiT
-    (``d128-dit``), DiT and every prefill geometry at each of ``tokens`` (``goals``), or the
-    four D = 128 decode geometries (``qwen3``)."""
+    """Tiny under --quick; else the prefill protocol's D = 128 GQA geometries at each of
+    ``tokens`` (``d128``), with DiT (``d128-dit``), DiT and every prefill geometry at each
+    of ``tokens`` (``goals``), or the qwen3-decode protocol's four geometries (``qwen3``)."""
     from qkbench.case import Geometry
 
     if quick:
         return [Shape(Geometry("tiny", 4, 1, 64), 40)]
-    gqa = [Geometry("qwen3-32x8", 32, 8, 128), Geometry("qwen3-16x2", 16, 2, 128)]
-    dit = Shape(Geometry("dit-24x24", 24, 24, 128, batch=1, inplace=False), 3973)
-    if geometries == "d128":
-        return [Shape(g, t, 40960) for g in gqa for t in tokens]
-    if geometries == "d128-dit":
-        return [dit, *(Shape(g, t, 40960) for g in gqa for t in tokens)]
-    if geometries == "qwen3":  # the qwen3-decode protocol's geometries
-        return [Shape(Geometry(f"qwen3-{hq}x{hk}", hq, hk, 128), t, 40960)
-                for t in tokens for hq, hk in ((8, 1), (16, 8), (32, 8), (64, 8))]
-    text = dict(weight_mode="offset", inplace=False)
-    prefill = [*gqa, Geometry("qwen3.5-16x2", 16, 2, 256, 64, **text),
-               Geometry("qwen3.5-24x4", 24, 4, 256, 64, **text)]
-    return [dit, *(Shape(g, t, 40960) for t in tokens for g in prefill)]
+    if geometries == "qwen3":
+        return [Shape(g, t, LONG_TABLE) for t in tokens
+                for g in protocol_geometries("qwen3-decode")]
+    prefill = protocol_geometries("prefill")
+    if geometries == "goals":
+        return [dit_shape(), *(Shape(g, t, LONG_TABLE) for t in tokens for g in prefill)]
+    d128 = [Shape(g, t, LONG_TABLE) for g in prefill if g.head_dim == 128 for t in tokens]
+    return [dit_shape(), *d128] if geometries == "d128-dit" else d128
 
 
 def copy_launch(size: tuple[int, int | None] | None, inputs, inplace: bool):
