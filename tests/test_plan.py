@@ -38,6 +38,16 @@ def test_partial_rotary_programs_follow_their_own_setting():
         assert tiles(fused_plans(4096, 16, 2, 256, 64, H200)) == ((1, 4, 1), (2, 2, 1))
 
 
+def test_heads_a_power_of_two_block_would_pad_by_over_an_eighth_take_a_smaller_block():
+    # DiT's 24 heads: a block of 32 would pad them by a third; 8 divides them.
+    assert tiles(fused_plans(3973, 24, 24, 128, 128, H200)) == ((4, 8, 4), (4, 8, 4))
+
+
+def test_the_padding_setting_moves_the_head_block():
+    with plan.use(max_head_padding=4 / 3):
+        assert tiles(fused_plans(3973, 24, 24, 128, 128, H200)) == ((1, 32, 4), (1, 32, 4))
+
+
 def test_the_split_routes_rope_takes_two_warp_programs_of_1024_elements_at_large_t():
     assert tiles(rope_plans(8192, 32, 8, 128, 128, True, H200)) == ((1, 8, 2), (1, 8, 2))
     # In place with rotary 64 of 256 it holds the rotary channels only: 16 rows a program.
