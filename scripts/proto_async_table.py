@@ -139,8 +139,8 @@ def proto_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr,
               D, R2, BTK, BHK, L3K, CLK, ASYNC)
 
 
-def row_layout(bt: int, bh: int, r2: int, warps: int, elem_bytes: int = 2) -> gl.BlockedLayout:
-    """``[bt, bh, r2]`` pairs: 16-byte vectors along the channels, then threads over the
+def row_layout(bh: int, r2: int, warps: int, elem_bytes: int = 2) -> gl.BlockedLayout:
+    """``[block_t, bh, r2]`` pairs: 16-byte vectors along the channels, then threads over the
     heads and tokens, warps over the heads first."""
     vec = min(r2, 16 // elem_bytes)
     along = min(32, r2 // vec)
@@ -178,7 +178,7 @@ def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, ep
     T, HQ, _ = q.shape
     HK = k.shape[1]
     if variant in PERSISTENT:
-        args = persistent_args(T, HQ, HK, D)
+        args = persistent_args(HQ, HK, D)
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         programs = min(-(-T // args["BT"]), sms * PERSISTENT[variant])
         persistent_kernel[(programs,)](
@@ -199,8 +199,8 @@ def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, ep
         cos_sin_cache.stride(0), positions.stride(0),
         pq.programs, pq.head_blocks, pk.head_blocks, D, r2,
         pq.block_t, pq.block_h, pk.block_t, pk.block_h, qc, kc,
-        row_layout(pq.block_t, pq.block_h, r2, warps),
-        row_layout(pk.block_t, pk.block_h, r2, warps),
+        row_layout(pq.block_h, r2, warps),
+        row_layout(pk.block_h, r2, warps),
         copy_layout(pq.block_t, r2, warps), copy_layout(pk.block_t, r2, warps),
         VARIANTS[variant], num_warps=warps, enable_fp_fusion=False)
     return outs
@@ -226,8 +226,7 @@ def sm90_case(tokens: int, heads_q: int, heads_k: int, variant: str):
     device = torch.device("cuda", 0)
     if variant in PERSISTENT:
         return persistent_kernel, _pointers(T=tokens, **_strides(heads_q, heads_k),
-                                            **persistent_args(tokens, heads_q, heads_k,
-                                                              128)), 4
+                                            **persistent_args(heads_q, heads_k, 128)), 4
     (pq, pk), _ = fused_tiles(tokens, heads_q, heads_k, 128, 128, device)
     _, qc, kc = plan.qk_grid(tokens, pq, pk)
     warps = max(pq.num_warps, pk.num_warps)
@@ -235,8 +234,8 @@ def sm90_case(tokens: int, heads_q: int, heads_k: int, variant: str):
         T=tokens, HQ=heads_q, HK=heads_k, **_strides(heads_q, heads_k),
         q_programs=pq.programs, QHB=pq.head_blocks, KHB=pk.head_blocks, D=128, R2=64,
         BTQ=pq.block_t, BHQ=pq.block_h, BTK=pk.block_t, BHK=pk.block_h, QC=qc, KC=kc,
-        L3Q=row_layout(pq.block_t, pq.block_h, 64, warps),
-        L3K=row_layout(pk.block_t, pk.block_h, 64, warps),
+        L3Q=row_layout(pq.block_h, 64, warps),
+        L3K=row_layout(pk.block_h, 64, warps),
         CLQ=copy_layout(pq.block_t, 64, warps), CLK=copy_layout(pk.block_t, 64, warps),
         ASYNC=VARIANTS[variant]), warps
 
@@ -413,7 +412,7 @@ def tile_layout(bt: int, bh: int, r2: int, warps: int) -> gl.BlockedLayout:
                             [2, 1, 0])
 
 
-def persistent_args(T: int, HQ: int, HK: int, D: int, warps: int = 4) -> dict:
+def persistent_args(HQ: int, HK: int, D: int, warps: int = 4) -> dict:
     """The persistent kernel's compile-time arguments: items of the fewest tokens BT whose
     head blocks (at most 32 rows a block, dividing the heads) give every thread a 16-byte
     vector of each half row."""
