@@ -28,6 +28,16 @@
 # after GQA's k tiles past the L2 were cut to twice a q tile's tokens (version 3.5), `v35`
 # (the kernel and plan GPU tests, version 3.4's k tiles against 3.5's in one interleaved
 # schedule with a null arm, prefill hot and cold) and `v35b` (the bench).
+# Kernels 3.10-3.12 on the H200, each set one call of under ten minutes, in the order of
+# what it decides (docs/kernel-notes.md, the eighth session's "The next device call"):
+# `v312a` (3.12's fused programs gated against 3.10's, hot and cold, the few-programs arms at
+# the decode geometries, and what the table costs), `v312b` (the rules past the L2 below
+# it, the Gluon prototype, the rows' copies), `v312c` (the program sizes at T = 512-8192,
+# hot and cold), `v312d` (3.10's split route gated against 3.9's), then `v312e`, `v312f`
+# and `v312g` (the shipped protocols). Before the calls, here: `git tag -f kernels-3.10 06a0a6a
+# && git bundle create v310.bundle kernels-3.10`, the same for `kernels-3.9 052ee53` into
+# v39.bundle, and `cp results/h100/2026-12-05-v311/gate-few.toml
+# results/h100/2026-12-05-v310-gate/gate-*.toml .` (the tree's root).
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -38,7 +48,35 @@ every='--route split --route fused --route eager --route compiled --isolation in
 decode="$every --route fused-pdl --samples 100"
 large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35 or v35b} in
+l2='python scripts/bench_l2_policy.py --rounds 24'
+smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b or v312a-g} in
+    v312a) bash "$here/gpu_jobs.sh" "$smi" \
+        'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
+        'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
+        "timeout 70 $l2 --arms few-programs --geometries qwen3 --tokens 256 512 1024 2048 4096 8192 --out \$WORK/few-qwen3-hot" \
+        "timeout 120 $l2 --arms table-cached --geometries d128-dit --tokens 8192 32768 --out \$WORK/cached-hot" ;;
+    v312b) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 100 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --cold --out \$WORK/past-l2-cold" \
+        "timeout 100 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --out \$WORK/past-l2-hot" \
+        "timeout 100 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --out \$WORK/async-hot" \
+        "timeout 100 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/async-cold" \
+        "timeout 70 python scripts/bench_l2_policy.py --arms copies --geometries d128 --tokens 8192 16384 32768 65536 --rounds 12 --out \$WORK/copies" ;;
+    v312c) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 260 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --out \$WORK/program-warps-hot" \
+        "timeout 260 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --cold --out \$WORK/program-warps-cold" ;;
+    v312d) bash "$here/gpu_jobs.sh" "$smi" \
+        'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
+        'timeout 60 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-dit.toml --route split --device cuda --out $WORK/gate' \
+        'timeout 150 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope-decode.toml --route split --device cuda --out $WORK/gate' ;;
+    v312e) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 540 $sweep --protocol prefill --route split --route fused --route fused-pdl --out \$WORK/prefill.json.gz" ;;
+    v312f) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 120 $sweep --protocol dit --route split --route fused --route fused-pdl --out \$WORK/dit.json.gz" \
+        "timeout 420 $sweep --protocol prefill --route split --route fused --cache cold --out \$WORK/prefill-cold.json.gz" ;;
+    v312g) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 280 $sweep --protocol qwen3-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/qwen3-decode.json.gz" \
+        "timeout 280 $textdecode" ;;
     tune) bash "$here/gpu_jobs.sh" \
         'mkdir -p $WORK/bench && python scripts/bench_kernels.py --out $WORK/bench --budget 80 > $WORK/bench/table.txt 2>&1; rc=$?; tail -32 $WORK/bench/table.txt; exit $rc' \
         "$sweep --protocol prefill $every $large --out \$WORK/prefill.json.gz" \
