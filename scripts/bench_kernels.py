@@ -108,22 +108,17 @@ class Run:
         tmp.replace(self.out)
 
 
-# The table's positions at prefill widths, as in the prefill protocol.
-LONG_TABLE = 40960
-
-
-def protocol_geometries(name: str) -> tuple:
-    """The geometries of a shipped protocol, so that the benches time what it times."""
+def shipped(name: str):
+    """A shipped protocol (``qkbench.protocol.Protocol``), so that the benches time its
+    geometries with its table."""
     from qkbench import protocol
 
-    return protocol.load(name).geometries
+    return protocol.load(name)
 
 
 def dit_shape() -> Shape:
     """The dit protocol's one cell."""
-    from qkbench import protocol
-
-    p = protocol.load("dit")
+    p = shipped("dit")
     return Shape(p.geometries[0], p.tokens[0], p.max_position)
 
 
@@ -134,10 +129,11 @@ def shapes(quick: bool) -> list[Shape]:
         return [Shape(Geometry("tiny", 2, 1, 64), 3),
                 Shape(Geometry("tiny-partial", 2, 1, 128, 32, weight_mode="offset",
                                inplace=False), DECODE_MAX + 1)]
-    prefill = protocol_geometries("prefill")
+    prefill = shipped("prefill")
     # The goals first (decode, then bandwidth), so that a cut-off run keeps them.
-    return [*(Shape(g, t) for t in (1, 8, 64) for g in prefill), dit_shape(),
-            *(Shape(g, t, LONG_TABLE) for t in (8192, 32768, 2048) for g in prefill)]
+    return [*(Shape(g, t) for t in (1, 8, 64) for g in prefill.geometries), dit_shape(),
+            *(Shape(g, t, prefill.max_position) for t in (8192, 32768, 2048)
+              for g in prefill.geometries)]
 
 
 def add_device_options(parser: argparse.ArgumentParser) -> None:

@@ -43,7 +43,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import (
-    LONG_TABLE,
     OWN_SIZE,
     Shape,
     add_device_options,
@@ -53,7 +52,7 @@ from bench_kernels import (
     identical,
     interleaved,
     launcher,
-    protocol_geometries,
+    shipped,
 )
 
 # An arm key naming a variant of the prototype in ``proto_async_table.py`` (a CUDA device
@@ -197,13 +196,16 @@ def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Sha
 
     if quick:
         return [Shape(Geometry("tiny", 4, 1, 64), 40)]
+    prefill = shipped("prefill")
+    long_table = prefill.max_position  # the qwen3 geometries too, as measured since 3.11
     if geometries == "qwen3":
-        return [Shape(g, t, LONG_TABLE) for t in tokens
-                for g in protocol_geometries("qwen3-decode")]
-    prefill = protocol_geometries("prefill")
+        return [Shape(g, t, long_table) for t in tokens
+                for g in shipped("qwen3-decode").geometries]
     if geometries == "goals":
-        return [dit_shape(), *(Shape(g, t, LONG_TABLE) for t in tokens for g in prefill)]
-    d128 = [Shape(g, t, LONG_TABLE) for g in prefill if g.head_dim == 128 for t in tokens]
+        return [dit_shape(), *(Shape(g, t, long_table) for t in tokens
+                               for g in prefill.geometries)]
+    d128 = [Shape(g, t, long_table) for g in prefill.geometries if g.head_dim == 128
+            for t in tokens]
     return [dit_shape(), *d128] if geometries == "d128-dit" else d128
 
 
