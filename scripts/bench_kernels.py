@@ -32,8 +32,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from qkbench.protocol import Protocol
 
 GOALS_US = {  # (geometry, T) -> per-call us the fused route must not exceed
     ("qwen3-32x8", 1): 1.30, ("qwen3-16x2", 1): 1.30, ("qwen3.5-16x2", 1): 1.30,
@@ -108,9 +112,8 @@ class Run:
         tmp.replace(self.out)
 
 
-def shipped(name: str):
-    """A shipped protocol (``qkbench.protocol.Protocol``), so that the benches time its
-    geometries with its table."""
+def shipped(name: str) -> "Protocol":
+    """A shipped protocol, so that the benches time its geometries with its table."""
     from qkbench import protocol
 
     return protocol.load(name)

@@ -17,6 +17,7 @@ def missing_archives(text: str, root: Path) -> list[str]:
     for match in ARCHIVE.finditer(text):
         path = match.group(1).rstrip(".,;:")
         pattern = re.sub(r"(\w)\.\.(\w)", r"[\1-\2]", path)
+        # The path as named first: one that ends in a wildcard takes no second.
         if not any(root.glob(pattern)) and not any(root.glob(pattern + "*")):
             missing.append(path)
     return missing
