@@ -3,16 +3,16 @@
 REF lives in a git repository made here: the working tree's own ``kernels/`` copied into a
 fresh ``git init`` and committed as ``same``, then changed and committed again under other
 tags. The candidate is always the working tree's kernels (the installed
-``qkbench.kernels``). Each gate runs the quick protocol in process on the CPU backend with
-the process's CPU time as its clock (``CpuTimeBackend``): the Triton interpreter really runs
-each arm's kernels and the clock counts the work they did, with no planted effect; CPU
-time, with the garbage collector paused while sampling, keeps other processes on a shared
-two-core CI machine out of the null arm (the wall clock's A/A width there reached 70 %, CPU
-time's stays within a few per cent). The device limits (a 64 MiB copy per pass) are
-stubbed out: they take no part in a gate's decision.
+``qkbench.kernels``). Each gate runs the quick protocol in process on the CPU backend with a
+clock that counts the Triton kernel launches each sample made (``LaunchClock``): the
+interpreter really runs each arm's kernels, and the clock counts the work they did, with no
+planted effect. Neither the wall clock nor CPU time measures that work: the wall clock's A/A
+width on a shared two-core CI machine reached 70 %, and the CPU time of one call of two
+identical copies of the kernels differed by 1.5-2.3x in a process whose history differed
+(a pytest-xdist worker), enough to hide the doubled work of the tests below. The device
+limits (a 64 MiB copy per pass) are stubbed out: they take no part in a gate's decision.
 """
 
-import gc
 import gzip
 import json
 import os
@@ -20,10 +20,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -96,30 +97,46 @@ def repo(tmp_path_factory) -> Path:
     return root
 
 
-class CpuTimeBackend(backends.CpuBackend):
-    """The CPU backend timed by the process's CPU time, the garbage collector paused."""
+class LaunchClock(backends.CpuBackend):
+    """The CPU backend timed by the Triton kernel launches of each sample, a tenth of a
+    second apiece, with 0.5 % seeded noise (so that an A/A comparison has a width). The
+    references (a torch copy, an empty launch) launch no Triton kernel: they take one
+    launch's time, as a clock would give them some."""
+
+    SECONDS_PER_LAUNCH = 0.1
+    NOISE = 0.005
+
+    def __init__(self, launched: Callable[[], int]):
+        self.launched = launched
+        self.rng = np.random.default_rng(0)
 
     def run(self, arms, sequence, sync_after) -> backends.Timed:
         seconds = []
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            for arm in sequence:
-                calls = arms[arm]
-                start = time.process_time()
-                for i in range(calls.inner_reps):
-                    calls.launches[i % len(calls.launches)]()
-                seconds.append((time.process_time() - start) / calls.inner_reps)
-        finally:
-            if collecting:
-                gc.enable()
+        for arm in sequence:
+            calls = arms[arm]
+            before = self.launched()
+            for i in range(calls.inner_reps):
+                calls.launches[i % len(calls.launches)]()
+            launches = max(self.launched() - before, calls.inner_reps)
+            work = launches * self.SECONDS_PER_LAUNCH / calls.inner_reps
+            seconds.append(work * (1 + self.NOISE * self.rng.standard_normal()))
         return backends.Timed(seconds)
 
 
 @pytest.fixture
-def cpu_time(monkeypatch):
-    """Passes in process time their arms by CPU time; no device limits are measured."""
-    monkeypatch.setattr(worker, "backend_for", lambda device: CpuTimeBackend())
+def launch_clock(monkeypatch):
+    """Passes in process time their arms by kernel launches; no device limits are measured."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launched = [0]
+    interpreted = InterpretedFunction.run
+
+    def run(self, *args, **kwargs):
+        launched[0] += 1
+        return interpreted(self, *args, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", run)
+    monkeypatch.setattr(worker, "backend_for", lambda device: LaunchClock(lambda: launched[0]))
     monkeypatch.setattr(limits, "measure", lambda backend, inner_reps, prime=None: None)
 
 
@@ -148,7 +165,7 @@ def test_kernel_modules_import_only_themselves_torch_triton_and_the_standard_lib
 
 
 @interpreter_only
-def test_against_a_ref_with_the_same_kernels_passes(repo, tmp_path, cpu_time):
+def test_against_a_ref_with_the_same_kernels_passes(repo, tmp_path, launch_clock):
     result = gate(repo, "same", tmp_path)
     assert result.exit_code == 0, result.output
     last = result.stdout.strip().splitlines()[-1]
@@ -173,7 +190,7 @@ def test_a_gate_on_the_cpu_from_a_shell_without_the_interpreter_set_runs_both_re
 
 
 @interpreter_only
-def test_the_sweeps_options_reach_the_gates_run(repo, tmp_path, cpu_time):
+def test_the_sweeps_options_reach_the_gates_run(repo, tmp_path, launch_clock):
     result = gate(repo, "same", tmp_path, "--pass-timeout", "123", "--tokens", "2",
                   "--samples", "4")
     assert result.exit_code == 0, result.output
@@ -195,7 +212,7 @@ def slower_working_tree(monkeypatch):
 
 @interpreter_only
 def test_a_working_tree_slower_than_the_ref_fails_with_exit_1_naming_the_case(
-        repo, tmp_path, cpu_time, slower_working_tree):
+        repo, tmp_path, launch_clock, slower_working_tree):
     result = gate(repo, "same", tmp_path)
     assert result.exit_code == 1, result.output
     last = result.stdout.strip().splitlines()[-1]
@@ -208,7 +225,7 @@ def test_a_working_tree_slower_than_the_ref_fails_with_exit_1_naming_the_case(
 
 
 @interpreter_only
-def test_against_a_slower_ref_the_working_tree_passes_as_faster(repo, tmp_path, cpu_time):
+def test_against_a_slower_ref_the_working_tree_passes_as_faster(repo, tmp_path, launch_clock):
     result = gate(repo, "slow", tmp_path)
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if "tiny-2x1" in line and "│" in line)
