@@ -19,6 +19,12 @@ gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
 interpreter_only = pytest.mark.skipif(ON_GPU, reason="needs the Triton interpreter (no GPU)")
 
 
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """``-n auto`` with a GPU is one process: the GPU tests time and probe one card, and a
+    worker per core would share it. Without one, pytest-xdist's own count (the cores)."""
+    return 0 if ON_GPU else None
+
+
 @pytest.fixture(autouse=True)
 def _interpreter_setting_restored(monkeypatch):
     """``--device cpu`` sets TRITON_INTERPRET for its workers; no test leaks it to the next.
