@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -98,26 +97,26 @@ def repo(tmp_path_factory) -> Path:
 
 
 class LaunchClock(backends.CpuBackend):
-    """The CPU backend timed by the Triton kernel launches of each sample, a tenth of a
-    second apiece, with 0.5 % seeded noise (so that an A/A comparison has a width). The
-    references (a torch copy, an empty launch) launch no Triton kernel: they take one
-    launch's time, as a clock would give them some."""
+    """The CPU backend timed by the Triton kernel launches of each sample (``launches``,
+    counted by the ``launch_clock`` fixture), a tenth of a second apiece, with 0.5 % seeded
+    noise (so that an A/A comparison has a width). The references (a torch copy, an empty
+    launch) launch no Triton kernel: they take one launch's time, as a clock would give
+    them some."""
 
     SECONDS_PER_LAUNCH = 0.1
     NOISE = 0.005
 
-    def __init__(self, launched: Callable[[], int]):
-        self.launched = launched
+    def __init__(self):
+        self.launches = 0
         self.rng = np.random.default_rng(0)
 
     def run(self, arms, sequence, sync_after) -> backends.Timed:
         seconds = []
         for arm in sequence:
             calls = arms[arm]
-            before = self.launched()
-            for i in range(calls.inner_reps):
-                calls.launches[i % len(calls.launches)]()
-            launches = max(self.launched() - before, calls.inner_reps)
+            before = self.launches
+            backends._cycle(calls.launches, calls.inner_reps)
+            launches = max(self.launches - before, calls.inner_reps)
             work = launches * self.SECONDS_PER_LAUNCH / calls.inner_reps
             seconds.append(work * (1 + self.NOISE * self.rng.standard_normal()))
         return backends.Timed(seconds)
@@ -128,15 +127,15 @@ def launch_clock(monkeypatch):
     """Passes in process time their arms by kernel launches; no device limits are measured."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    launched = [0]
+    clock = LaunchClock()
     interpreted = InterpretedFunction.run
 
     def run(self, *args, **kwargs):
-        launched[0] += 1
+        clock.launches += 1
         return interpreted(self, *args, **kwargs)
 
     monkeypatch.setattr(InterpretedFunction, "run", run)
-    monkeypatch.setattr(worker, "backend_for", lambda device: LaunchClock(lambda: launched[0]))
+    monkeypatch.setattr(worker, "backend_for", lambda device: clock)
     monkeypatch.setattr(limits, "measure", lambda backend, inner_reps, prime=None: None)
 
 
