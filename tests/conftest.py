@@ -1,6 +1,7 @@
 """Test setup: without a GPU the Triton kernels run on the CPU interpreter."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,16 @@ ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     # Must be set before the kernels are imported (Triton reads it when it decorates them).
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# The interpreter without its redundant re-patching, in this process and, through
+# sitecustomize, in every Python process the tests start (tests/site/interpreter_once.py).
+_SITE = str(Path(__file__).parent / "site")
+sys.path.insert(0, _SITE)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_SITE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+import interpreter_once  # noqa: E402  (found on the path set just above)
+
+interpreter_once.install()
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 
