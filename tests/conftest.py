@@ -1,8 +1,11 @@
 """Test setup: without a GPU the Triton kernels run on the CPU interpreter."""
 
+import fcntl
+import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -50,21 +53,39 @@ def device() -> str:
 
 
 @pytest.fixture(scope="session")
-def smoke_sweep(tmp_path_factory):
+def smoke_sweep(tmp_path_factory, request):
     """The full smoke protocol swept once through the CLI, a fresh process per pass:
-    ``(archive path, CLI result)``, shared by every test that only reads an archive."""
+    ``(archive path, CLI result)``, shared by every test that only reads an archive. Once
+    per test run: pytest-xdist's workers share it, the first to ask sweeping it under a
+    lock and the others reading what it left (the result's exit code and output)."""
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):  # a pytest-xdist worker: the run's folder
+        root = root.parent
+    folder = root / "smoke"
+    path, recorded = folder / "smoke.json", folder / "result.json"
+    with open(root / "smoke.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not recorded.exists():
+            folder.mkdir(exist_ok=True)
+            result = _sweep_smoke(path)
+            recorded.write_text(json.dumps({name: getattr(result, name) for name in RESULT}))
+    return path, SimpleNamespace(**json.loads(recorded.read_text()))
+
+
+RESULT = ("exit_code", "output", "stdout", "stderr")  # what the tests read of a CLI result
+
+
+def _sweep_smoke(path: Path):
     # Imported here, not at the top: the kernels must see TRITON_INTERPRET first.
     from typer.testing import CliRunner
 
     from qkbench.cli import app
 
-    path = tmp_path_factory.mktemp("smoke") / "smoke.json"
     with pytest.MonkeyPatch.context() as mp:
         # ``--device cpu`` sets TRITON_INTERPRET for its workers; keep it out of this process.
         mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
-        result = CliRunner().invoke(app, ["sweep", "--protocol", "smoke", "--device", "cpu",
-                                          "--out", str(path)])
-    return path, result
+        return CliRunner().invoke(app, ["sweep", "--protocol", "smoke", "--device", "cpu",
+                                        "--out", str(path)])
 
 
 @pytest.fixture(scope="session")

@@ -562,9 +562,14 @@ def test_a_resume_of_an_archive_whose_header_was_damaged_fails_in_one_line(one_p
 
 
 def test_a_run_whose_every_cell_is_unstable_exits_1_saying_no_cell_got_a_verdict(tmp_path):
-    # A drop threshold no null arm can meet: every pass order is dropped at every attempt.
+    # A drop threshold no null arm can meet: every pass order is dropped at every attempt
+    # (one attempt each: retries would only repeat the drop).
+    once = tmp_path / "quick-no-retries.toml"
+    once.write_text((FIXTURES / "quick.toml").read_text().replace(
+        "[timing]\n", "[timing]\nretries = 0\n"))
     out = tmp_path / "run.json"
-    result = _quick_sweep("--threshold", "0.000001", "--out", str(out))
+    result = invoke("sweep", "--protocol", str(once), "--device", "cpu", "--threshold",
+                    "0.000001", "--out", str(out))
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     last = result.stderr.strip().splitlines()[-1]
