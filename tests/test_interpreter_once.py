@@ -2,7 +2,6 @@
 patches the language once, the kernels' bits do not change, and the processes the tests
 start get it too."""
 
-import inspect
 import os
 import subprocess
 import sys
@@ -67,27 +66,29 @@ def test_the_kernels_compute_the_same_bits_with_the_patch_as_without(tmp_path):
         assert_bit_identical(flipped, unpatched[0][0])
 
 
-def walks_in_one_call(monkeypatch, tokens: int) -> int:
-    """How many times one fused call walks a module's members to patch them."""
-    walks = []
-    getmembers = inspect.getmembers
+def patches_in_one_call(monkeypatch, tokens: int) -> int:
+    """How many attributes of the language one fused call patches."""
+    import triton.runtime.interpreter as interpreter
 
-    def counted(obj, *args):
-        walks.append(obj)
-        return getmembers(obj, *args)
+    patches = []
+    set_attr = interpreter._LangPatchScope.set_attr
+
+    def counted(scope, obj, name, value):
+        patches.append(name)
+        set_attr(scope, obj, name, value)
 
     inputs = make_inputs(Case(GEOMETRIES[1], tokens), 0, "cpu")
-    monkeypatch.setattr(inspect, "getmembers", counted)
+    monkeypatch.setattr(interpreter._LangPatchScope, "set_attr", counted)
     out_of_place(qk_norm_rope, inputs)
     monkeypatch.undo()
-    return len(walks)
+    return len(patches)
 
 
 def test_a_launch_patches_the_language_a_fixed_number_of_times_whatever_its_programs(
         monkeypatch):
     out_of_place(qk_norm_rope, make_inputs(Case(GEOMETRIES[1], 1), 0, "cpu"))  # compiled
-    # 4 programs, then 32: unpatched, every helper call of every program walks them again.
-    one, many = walks_in_one_call(monkeypatch, 1), walks_in_one_call(monkeypatch, 64)
+    # 4 programs, then 32: unpatched, every helper call of every program patches again.
+    one, many = patches_in_one_call(monkeypatch, 1), patches_in_one_call(monkeypatch, 64)
     assert 0 < one == many
 
 

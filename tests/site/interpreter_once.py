@@ -6,8 +6,10 @@ builtin), though the kernel's launch already patched those same modules and rest
 when it ends. Our kernels call helpers per tile, so this is a third of their interpreted
 time (results/tuning/2026-12-06-cpu-suite/synthetic-sweep-profile.txt). Here a launch
 patches each language module once: a helper whose modules the launch has already patched
-skips the walk; one that brings another (``triton.language.standard``'s ``core``) patches
-it as before. What the kernels compute is unchanged; the bit-exact tests hold either way.
+skips it; one that brings another (``triton.language.standard``'s ``core``) patches it as
+before. Each package's builtins are found by one walk, the first, and patched from that
+list at every launch. What the kernels compute is unchanged; the bit-exact tests hold
+either way.
 
 Only what the tests load (``tests/conftest.py`` here, ``sitecustomize`` in the processes
 they start); the shipped package never patches Triton. Where Triton's internals differ
@@ -23,29 +25,46 @@ import sys
 from types import ModuleType
 
 INTERPRETER = "triton.runtime.interpreter"
+INTERNALS = ("_LangPatchScope", "_patch_builtin", "_patch_attr")  # what patch() replaces or uses
 
 
 def patch(interp: ModuleType) -> bool:
-    """Makes each launch patch a language module once; False where Triton has changed."""
+    """Makes each launch patch a language module once, from the builtins found in the first
+    walk of it; False where Triton has changed."""
     executor = getattr(interp, "GridExecutor", None)
     patch_lang = getattr(interp, "_patch_lang", None)
     if (executor is None or "__call__" not in vars(executor) or patch_lang is None
-            or not hasattr(interp, "_LangPatchScope")):
+            or not all(hasattr(interp, name) for name in INTERNALS)):
         return False
-    run = executor.__call__
     if getattr(patch_lang, "patched_once", False):
         return True
     import triton.language as tl
 
+    run, patch_attr = executor.__call__, interp._patch_attr
     patched: set[int] = set()  # the language modules this launch has patched
+    langs_of: dict = {}  # a function's language modules, by function
+    builtins_of: dict[int, list] = {}  # a package's builtins, as its first walk found them
 
     def patch_lang_once(fn):
-        langs = {id(v) for v in fn.__globals__.values()
-                 if inspect.ismodule(v) and v in (tl, tl.core)}
+        langs = langs_of.get(fn)
+        if langs is None:
+            langs = langs_of[fn] = frozenset(
+                id(v) for v in fn.__globals__.values()
+                if inspect.ismodule(v) and v in (tl, tl.core))
         if patched and langs <= patched:
             return interp._LangPatchScope()  # nothing to restore
         patched.update(langs)
         return patch_lang(fn)
+
+    def patch_builtin(pkg, builder, scope):
+        found = builtins_of.get(id(pkg))
+        if found is None:
+            found = [(name, member) for name, member in inspect.getmembers(pkg)
+                     if tl.core.is_builtin(member)]
+            if found:  # a walk of a package already patched finds none: walk it again
+                builtins_of[id(pkg)] = found
+        for name, member in found:
+            patch_attr(pkg, name, member, builder, scope)
 
     def run_launch(self, *args, **kwargs):
         patched.clear()
@@ -56,6 +75,7 @@ def patch(interp: ModuleType) -> bool:
 
     patch_lang_once.patched_once = True
     interp._patch_lang = patch_lang_once
+    interp._patch_builtin = patch_builtin
     executor.__call__ = run_launch
     return True
 
