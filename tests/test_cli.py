@@ -612,7 +612,8 @@ def test_a_run_stopped_by_an_invalid_route_is_not_resumed_and_not_offered_a_resu
 def test_calibrate_with_a_route_invalid_everywhere_exits_1_saying_the_run_stopped(
         tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
-    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))  # for the passes' worker processes
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(  # for the passes' worker processes
+        [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]))
     result = invoke("calibrate", "--protocol", "smoke", "--device", "cpu", "--route",
                     "invalid_routes:raising", "--out", str(tmp_path))
     assert result.exit_code == 1, result.output

@@ -537,7 +537,8 @@ def changed_tree(tmp_path_factory):
     git(root, "commit", "-qm", "the code a run starts with")
     before = git(root, "rev-parse", "HEAD")
     out = tmp_path_factory.mktemp("runs") / "run.json"
-    env = child_env(PYTHONPATH=os.pathsep.join([str(root), str(FIXTURES)]))
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])  # the copy first
     # Run from the copy (a -c script puts the working directory first on sys.path).
     subprocess.run([sys.executable, "-c", FIRST_PASS_ONLY, str(QUICK), str(out)], env=env,
                    cwd=root, check=True, timeout=300)
