@@ -8,7 +8,8 @@ time (results/tuning/2026-12-06-cpu-suite/synthetic-sweep-profile.txt). Here a l
 patches each language module once: a helper whose modules the launch has already patched
 skips it; one that brings another (``triton.language.standard``'s ``core``) patches it as
 before. Each package's builtins are found by one walk, the first, and patched from that
-list at every launch. What the kernels compute is unchanged; the bit-exact tests hold
+list at every launch. A Triton type's numpy dtype is looked up once, not rebuilt from a
+table at every call. What the kernels compute is unchanged; the bit-exact tests hold
 either way.
 
 Only what the tests load (``tests/conftest.py`` here, ``sitecustomize`` in the processes
@@ -25,7 +26,7 @@ import sys
 from types import ModuleType
 
 INTERPRETER = "triton.runtime.interpreter"
-INTERNALS = ("_LangPatchScope", "_patch_builtin", "_patch_attr")  # what patch() replaces or uses
+INTERNALS = ("_LangPatchScope", "_patch_builtin", "_patch_attr", "_get_np_dtype")  # patch()'s
 
 
 def patch(interp: ModuleType) -> bool:
@@ -44,6 +45,8 @@ def patch(interp: ModuleType) -> bool:
     patched: set[int] = set()  # the language modules this launch has patched
     langs_of: dict = {}  # a function's language modules, by function
     builtins_of: dict[int, list] = {}  # a package's builtins, as its first walk found them
+    get_np_dtype = interp._get_np_dtype  # builds its table of 19 types at every call
+    np_dtypes: dict = {}  # its answers, by scalar type (a block type is not hashable)
 
     def patch_lang_once(fn):
         langs = langs_of.get(fn)
@@ -66,6 +69,15 @@ def patch(interp: ModuleType) -> bool:
         for name, member in found:
             patch_attr(pkg, name, member, builder, scope)
 
+    def np_dtype(tt_dtype):
+        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(scalar, tl.pointer_type):
+            return get_np_dtype(scalar)
+        found = np_dtypes.get(scalar)
+        if found is None:
+            found = np_dtypes[scalar] = get_np_dtype(scalar)
+        return found
+
     def run_launch(self, *args, **kwargs):
         patched.clear()
         try:
@@ -76,6 +88,7 @@ def patch(interp: ModuleType) -> bool:
     patch_lang_once.patched_once = True
     interp._patch_lang = patch_lang_once
     interp._patch_builtin = patch_builtin
+    interp._get_np_dtype = np_dtype
     executor.__call__ = run_launch
     return True
 
