@@ -15,12 +15,18 @@ if not ON_GPU:
     # Must be set before the kernels are imported (Triton reads it when it decorates them).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
+def pythonpath_with(*first: str | Path) -> str:
+    """This process's ``PYTHONPATH`` with ``first`` ahead of it, for the processes a test
+    starts."""
+    return os.pathsep.join([*map(str, first), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 # The interpreter without its redundant re-patching, in this process and, through
 # sitecustomize, in every Python process the tests start (tests/site/interpreter_once.py).
 _SITE = str(Path(__file__).parent / "site")
 sys.path.insert(0, _SITE)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [_SITE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+os.environ["PYTHONPATH"] = pythonpath_with(_SITE)
 import interpreter_once  # noqa: E402  (found on the path set just above)
 
 interpreter_once.install()

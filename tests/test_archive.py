@@ -29,7 +29,7 @@ from qkbench.errors import ArchiveError
 from qkbench.protocol import load, parse, shipped
 from qkbench.schedule import ARMS
 
-from conftest import interpreter_only
+from conftest import interpreter_only, pythonpath_with
 from helpers import primary_and_replacements, reseal
 from synthetic import SyntheticBackend, synthetic_sweep
 
@@ -349,8 +349,7 @@ def crashed_run(tmp_path_factory) -> dict:
     countdown = tmp / "countdown"
     countdown.write_text("1")  # pass 0 runs, pass 1 is killed, the others run
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", os.pathsep.join(
-            [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        mp.setenv("PYTHONPATH", pythonpath_with(FIXTURES))
         mp.setenv("QKBENCH_TEST_CRASH_COUNTDOWN", str(countdown))
         mp.syspath_prepend(str(FIXTURES))  # the manager loads the route before any pass
         protocol = cheap(routes=["split", "crashing_route:qk_norm_rope"])

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import qkbench
 from qkbench.cli import app, archive_path
 
-from conftest import interpreter_only
+from conftest import interpreter_only, pythonpath_with
 from helpers import from_a_shell_without_the_interpreter_set
 
 VALID = """
@@ -612,8 +612,7 @@ def test_a_run_stopped_by_an_invalid_route_is_not_resumed_and_not_offered_a_resu
 def test_calibrate_with_a_route_invalid_everywhere_exits_1_saying_the_run_stopped(
         tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(  # for the passes' worker processes
-        [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("PYTHONPATH", pythonpath_with(FIXTURES))  # for the passes' workers
     result = invoke("calibrate", "--protocol", "smoke", "--device", "cpu", "--route",
                     "invalid_routes:raising", "--out", str(tmp_path))
     assert result.exit_code == 1, result.output

@@ -30,6 +30,7 @@ from qkbench.errors import ArchiveError, ProtocolError
 from qkbench.lock import ArchiveLock, alive, lock_path
 from qkbench.protocol import load, parse
 
+from conftest import pythonpath_with
 from helpers import primary_and_replacements, reseal
 
 CPU = torch.device("cpu")
@@ -60,7 +61,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 def child_env(**extra: str) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(FIXTURES), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = pythonpath_with(FIXTURES)
     env["TRITON_INTERPRET"] = "1"
     env.pop("QKBENCH_SIGNING_KEY", None)
     env.update(extra)
@@ -537,8 +538,7 @@ def changed_tree(tmp_path_factory):
     git(root, "commit", "-qm", "the code a run starts with")
     before = git(root, "rev-parse", "HEAD")
     out = tmp_path_factory.mktemp("runs") / "run.json"
-    env = child_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])  # the copy first
+    env = child_env(PYTHONPATH=pythonpath_with(root, FIXTURES))  # the copy first
     # Run from the copy (a -c script puts the working directory first on sys.path).
     subprocess.run([sys.executable, "-c", FIRST_PASS_ONLY, str(QUICK), str(out)], env=env,
                    cwd=root, check=True, timeout=300)

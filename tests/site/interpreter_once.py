@@ -79,11 +79,10 @@ def patch(interp: ModuleType) -> bool:
         return found
 
     def run_launch(self, *args, **kwargs):
-        patched.clear()
         try:
             return run(self, *args, **kwargs)
         finally:
-            patched.clear()
+            patched.clear()  # a helper called outside a launch patches as Triton's would
 
     patch_lang_once.patched_once = True
     interp._patch_lang = patch_lang_once
