@@ -3,8 +3,9 @@ with a null arm: what a sequential bench cannot tell apart from the L2 the varia
 left behind.
 
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
-        [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps|few-programs
-                |tiles-3.8|norm|rope|async-table|table-cached|persistent]
+        [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps
+                |larger-programs|few-programs|tiles-3.8|norm|rope|async-table|table-cached
+                |persistent]
         [--geometries d128|d128-dit|goals|qwen3]
         [--cold] [--route fused|split]
 
@@ -129,6 +130,16 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512, **OWN_SIZE},
         "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512, **OWN_SIZE},
         "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256, **OWN_SIZE},
+    },
+    # Larger programs: on the H200 (l2policy-d60a415-program-warps) every smaller size ran
+    # 0.6-26 % slower at (32,8) x 128 and DiT, where the H100 read them level. Programs of
+    # 8192 elements in 8 warps (64 registers, 4 a multiprocessor: the default's warps and
+    # bytes in flight, half its programs, so half the position-then-table chains and
+    # reductions per byte) or in 4 (128 registers: 64 elements a thread).
+    "larger-programs": {
+        "default": {}, "default-again": {},
+        "e8192-w8": {"elems_per_program": 8192, **OWN_SIZE},
+        "e8192-w4": {"elems_per_program": 8192, "elems_per_warp": 2048, **OWN_SIZE},
     },
     # The rule for launches of few programs (since 3.11) off, with and without PDL.
     "few-programs": {

@@ -31,11 +31,11 @@
 # Kernels 3.10-3.12 on the H200, each set one call of under ten minutes, in the order of
 # what it decides (docs/kernel-notes.md, the eighth session's "The next device call"):
 # `v312a` (3.12's fused programs gated against 3.10's, hot and cold, the few-programs arms at
-# the decode geometries, and what the table costs), `v312b` (the rules past the L2 below
-# it, the Gluon prototype, the rows' copies), `v312c` (the program sizes at T = 512-8192,
-# hot and cold), `v312d` (3.10's split route gated against 3.9's), then `v312e`, `v312f`
-# and `v312g` (the shipped protocols). Before the calls, here: `git tag -f kernels-3.10 06a0a6a
-# && git bundle create v310.bundle kernels-3.10`, the same for `kernels-3.9 052ee53` into
+# the decode geometries, and what the table costs), `v312b` (programs of 8192 elements,
+# the rules past the L2 below it, the Gluon prototype), `v312c` (the program sizes at
+# T = 512-8192, hot and cold), `v312d` (3.10's split route gated against 3.9's, the rows'
+# copies), then `v312e`, `v312f` and `v312g` (the shipped protocols). Before the calls,
+# here: `git tag -f kernels-3.10 06a0a6a && git bundle create v310.bundle kernels-3.10`, the same for `kernels-3.9 052ee53` into
 # v39.bundle, and `cp results/h100/2026-12-05-v311/gate-few.toml
 # results/h100/2026-12-05-v310-gate/gate-*.toml .` (the tree's root). The two bundles
 # together (44 and 40 MB) pass the call's 64 MiB: keep in the root only the one the set
@@ -59,18 +59,20 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "timeout 70 $l2 --arms few-programs --geometries qwen3 --tokens 256 512 1024 2048 4096 8192 --out \$WORK/few-qwen3-hot" \
         "timeout 120 $l2 --arms table-cached --geometries d128-dit --tokens 8192 32768 --out \$WORK/cached-hot" ;;
     v312b) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 90 $l2 --arms larger-programs --geometries goals --tokens 8192 32768 --out \$WORK/larger-hot" \
+        "timeout 60 $l2 --arms larger-programs --geometries goals --tokens 8192 --cold --out \$WORK/larger-cold" \
         "timeout 100 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --cold --out \$WORK/past-l2-cold" \
         "timeout 100 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --out \$WORK/past-l2-hot" \
         "timeout 100 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --out \$WORK/async-hot" \
-        "timeout 100 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/async-cold" \
-        "timeout 70 python scripts/bench_l2_policy.py --arms copies --geometries d128 --tokens 8192 16384 32768 65536 --rounds 12 --out \$WORK/copies" ;;
+        "timeout 100 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/async-cold" ;;
     v312c) bash "$here/gpu_jobs.sh" "$smi" \
         "timeout 260 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --out \$WORK/program-warps-hot" \
         "timeout 260 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --cold --out \$WORK/program-warps-cold" ;;
     v312d) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
         'timeout 60 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-dit.toml --route split --device cuda --out $WORK/gate' \
-        'timeout 150 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope-decode.toml --route split --device cuda --out $WORK/gate' ;;
+        'timeout 150 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope-decode.toml --route split --device cuda --out $WORK/gate' \
+        "timeout 70 python scripts/bench_l2_policy.py --arms copies --geometries d128 --tokens 8192 16384 32768 65536 --rounds 12 --out \$WORK/copies" ;;
     v312e) bash "$here/gpu_jobs.sh" "$smi" \
         "timeout 540 $sweep --protocol prefill --route split --route fused --route fused-pdl --out \$WORK/prefill.json.gz" ;;
     v312f) bash "$here/gpu_jobs.sh" "$smi" \
