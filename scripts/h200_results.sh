@@ -30,12 +30,13 @@
 # schedule with a null arm, prefill hot and cold) and `v35b` (the bench).
 # Kernels 3.10-3.12 on the H200, each set one call of under ten minutes, in the order of
 # what it decides (docs/kernel-notes.md, the eighth session's "The next device call"):
-# `v312a` (3.12's fused programs gated against 3.10's, hot and cold, the few-programs arms at
-# the decode geometries, and what the table costs), `v312b` (programs of 8192 elements,
-# the rules past the L2 below it, the Gluon prototype), `v312c` (the program sizes at
-# T = 512-8192, hot and cold), `v312d` (3.10's split route gated against 3.9's, the rows'
-# copies), then `v312e`, `v312f` and `v312g` (the shipped protocols). Before the calls,
-# here: `git tag -f kernels-3.10 06a0a6a && git bundle create v310.bundle kernels-3.10`, the same for `kernels-3.9 052ee53` into
+# `v312a` (3.12's fused programs gated against 3.10's, hot and cold; then the L2 bench:
+# programs of 8192 elements, the few-programs arms at the decode geometries, what the table
+# costs, the rules past the L2 below it, the Gluon prototype, the smaller program sizes at
+# T = 512-8192; each job 5-50 s on an H100, about six minutes in all), `v312d` (3.10's split
+# route gated against 3.9's, the rows' copies), then `v312e`, `v312f` and `v312g` (the
+# shipped protocols). Before the calls, here: `git tag -f kernels-3.10 06a0a6a && git
+# bundle create v310.bundle kernels-3.10`, the same for `kernels-3.9 052ee53` into
 # v39.bundle, and `cp results/h100/2026-12-05-v311/gate-few.toml
 # results/h100/2026-12-05-v310-gate/gate-*.toml .` (the tree's root). The two bundles
 # together (44 and 40 MB) pass the call's 64 MiB: keep in the root only the one the set
@@ -52,22 +53,20 @@ large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 l2='python scripts/bench_l2_policy.py --rounds 24'
 smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b or v312a-g} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a or v312d-g} in
     v312a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
-        "timeout 70 $l2 --arms few-programs --geometries qwen3 --tokens 256 512 1024 2048 4096 8192 --out \$WORK/few-qwen3-hot" \
-        "timeout 120 $l2 --arms table-cached --geometries d128-dit --tokens 8192 32768 --out \$WORK/cached-hot" ;;
-    v312b) bash "$here/gpu_jobs.sh" "$smi" \
         "timeout 90 $l2 --arms larger-programs --geometries goals --tokens 8192 32768 --out \$WORK/larger-hot" \
         "timeout 60 $l2 --arms larger-programs --geometries goals --tokens 8192 --cold --out \$WORK/larger-cold" \
-        "timeout 100 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --cold --out \$WORK/past-l2-cold" \
-        "timeout 100 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --out \$WORK/past-l2-hot" \
-        "timeout 100 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --out \$WORK/async-hot" \
-        "timeout 100 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/async-cold" ;;
-    v312c) bash "$here/gpu_jobs.sh" "$smi" \
-        "timeout 260 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --out \$WORK/program-warps-hot" \
-        "timeout 260 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --cold --out \$WORK/program-warps-cold" ;;
+        "timeout 70 $l2 --arms few-programs --geometries qwen3 --tokens 256 512 1024 2048 4096 8192 --out \$WORK/few-qwen3-hot" \
+        "timeout 60 $l2 --arms table-cached --geometries d128-dit --tokens 8192 32768 --out \$WORK/cached-hot" \
+        "timeout 60 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --cold --out \$WORK/past-l2-cold" \
+        "timeout 60 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --out \$WORK/past-l2-hot" \
+        "timeout 60 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --out \$WORK/async-hot" \
+        "timeout 60 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/async-cold" \
+        "timeout 120 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --out \$WORK/program-warps-hot" \
+        "timeout 120 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --cold --out \$WORK/program-warps-cold" ;;
     v312d) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
         'timeout 60 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-dit.toml --route split --device cuda --out $WORK/gate' \
