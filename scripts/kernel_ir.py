@@ -74,13 +74,9 @@ def cuobjdump(compiled, option: str) -> str:
                               text=True).stdout
 
 
-def counts(compiled) -> dict:
+def ir_counts(compiled) -> dict:
+    """The counts read from the Triton GPU IR and the PTX (no cubin tool run)."""
     ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
-    regs = re.search(r"REG:(\d+)", cuobjdump(compiled, "--dump-resource-usage"))
-    sass = [line for line in cuobjdump(compiled, "-sass").splitlines()
-            if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
-    first_math = next((i for i, line in enumerate(sass)
-                       if re.search(r"\b(?:FMUL|FADD|FFMA)\b", line)), len(sass))
     return {
         "convert_layout": ttgir.count("ttg.convert_layout"),
         "shared_bytes": compiled.metadata.shared,
@@ -93,6 +89,19 @@ def counts(compiled) -> dict:
         "loads_16B": len(re.findall(r"ld\.global[.\w]*\.v4\.b32", ptx)),
         "stores": len(re.findall(r"st\.global", ptx)),
         "stores_16B": len(re.findall(r"st\.global[.\w]*\.v4\.b32", ptx)),
+    }
+
+
+def counts(compiled) -> dict:
+    """``ir_counts`` and, from the cubin's SASS and resource usage, the loads before the
+    first float instruction and the registers per thread."""
+    regs = re.search(r"REG:(\d+)", cuobjdump(compiled, "--dump-resource-usage"))
+    sass = [line for line in cuobjdump(compiled, "-sass").splitlines()
+            if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
+    first_math = next((i for i, line in enumerate(sass)
+                       if re.search(r"\b(?:FMUL|FADD|FFMA)\b", line)), len(sass))
+    return {
+        **ir_counts(compiled),
         "loads_before_math": sum("LDG" in line for line in sass[:first_math]),
         "registers": int(regs.group(1)) if regs else None,
     }

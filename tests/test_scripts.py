@@ -359,7 +359,7 @@ def divides_by_a_run_time_value(x_ptr, n):
 
 
 def divisions(kernel, args, warps):
-    return kernel_ir.counts(kernel_ir.compile_for_sm90(kernel, args, warps))["divisions"]
+    return kernel_ir.ir_counts(kernel_ir.compile_for_sm90(kernel, args, warps))["divisions"]
 
 
 rows = {label: divisions(k, a, w) for label, k, a, w in kernel_ir.CASES}
