@@ -33,7 +33,8 @@
 # `v312a` (3.12's fused programs gated against 3.10's, hot and cold; then the L2 bench:
 # programs of 8192 elements, the few-programs arms at the decode geometries, what the table
 # costs, the rules past the L2 below it, the Gluon prototype, the smaller program sizes at
-# T = 512-8192; each job 5-50 s on an H100, about six minutes in all), `v312d` (3.10's split
+# T = 512-8192, and Nsight Compute's read of the goal cells; each job 5-50 s on an H100,
+# about six minutes in all), `v312d` (3.10's split
 # route gated against 3.9's, the rows' copies), then `v312e`, `v312f` and `v312g` (the
 # shipped protocols). Before the calls, here: `git tag -f kernels-3.10 06a0a6a && git
 # bundle create v310.bundle kernels-3.10`, the same for `kernels-3.9 052ee53` into
@@ -66,7 +67,8 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "timeout 60 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --out \$WORK/async-hot" \
         "timeout 60 $l2 --arms async-table --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/async-cold" \
         "timeout 120 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --out \$WORK/program-warps-hot" \
-        "timeout 120 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --cold --out \$WORK/program-warps-cold" ;;
+        "timeout 120 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --cold --out \$WORK/program-warps-cold" \
+        'timeout 120 python scripts/ncu_goal_cells.py --out $WORK/ncu --cache all' ;;
     v312d) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
         'timeout 60 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-dit.toml --route split --device cuda --out $WORK/gate' \
