@@ -32,7 +32,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -97,28 +98,42 @@ def launches(device: torch.device, quick: bool) -> dict[str, Callable[[], object
     return steps
 
 
-def run_sequence(device: torch.device, quick: bool) -> None:
-    """The sequence, the profiler on around it (a no-op unless run under ncu)."""
-    steps = launches(device, quick)
+@contextmanager
+def profiled(device: torch.device) -> Iterator[None]:
+    """The CUDA profiler on for the block's launches, and only those (a no-op unless run
+    under ncu ``--profile-from-start off``, and on the CPU)."""
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
-    for step in SEQUENCE:
-        steps[step]()
+    yield
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
 
 
-def read_details(text: str) -> list[dict[str, str]]:
-    """Per profiled launch, in launch order, its kernel's name and the ``KEPT`` rows of its
-    sections, from ncu's ``--csv --page details`` output."""
+def run_sequence(device: torch.device, quick: bool) -> None:
+    """The sequence, the profiler on around it."""
+    steps = launches(device, quick)
+    with profiled(device):
+        for step in SEQUENCE:
+            steps[step]()
+
+
+def ncu_csv(text: str, page: str) -> list[dict[str, str]]:
+    """The rows of ncu's ``--csv --page PAGE`` output, from its header on (the lines
+    before it are the profiler's own)."""
     start = text.find('"ID"')
     if start < 0:
         raise SystemExit("ncu's report holds no profiled launch (no \"ID\" header in its "
-                         f"details page): {text[:300]!r}")
-    rows = list(csv.DictReader(io.StringIO(text[start:])))
+                         f"{page} page): {text[:300]!r}")
+    return list(csv.DictReader(io.StringIO(text[start:])))
+
+
+def read_details(text: str) -> list[dict[str, str]]:
+    """Per profiled launch, in launch order, its kernel's name and the ``KEPT`` rows of its
+    sections, from ncu's ``--csv --page details`` output."""
+    rows = ncu_csv(text, "details")
     by_id: dict[int, dict[str, str]] = {}
     for row in rows:
         entry = by_id.setdefault(int(row["ID"]), {"kernel": row["Kernel Name"]})

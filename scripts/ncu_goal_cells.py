@@ -20,8 +20,6 @@ block per launch.
 """
 
 import argparse
-import csv
-import io
 import json
 import os
 import subprocess
@@ -33,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_kernels import Shape, add_device_options, device_of, dit_shape, launcher, shipped
-from carveout_sequence import find_ncu
+from carveout_sequence import find_ncu, ncu_csv, profiled
 
 ARMS = ("fused", "rows-copy-4096", "rows-copy-2048")
 # Raw metrics read beside the sections' own (each a standard Nsight Compute metric).
@@ -94,20 +92,14 @@ def launches(device: torch.device, quick: bool) -> list[tuple[str, int, Callable
 
 
 def run_launches(device: torch.device, quick: bool, record: Path | None = None) -> None:
-    """The launches, the profiler on around them (a no-op unless run under ncu); their
-    labels and the op's bytes into ``record`` as JSON."""
+    """The launches, the profiler on around them; their labels and the op's bytes into
+    ``record`` as JSON."""
     steps = launches(device, quick)
     if record is not None:
         record.write_text(json.dumps([[label, model] for label, model, _ in steps]))
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-    for _, _, launch in steps:
-        launch()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+    with profiled(device):
+        for _, _, launch in steps:
+            launch()
 
 
 def number(text: str) -> float | None:
@@ -120,11 +112,7 @@ def number(text: str) -> float | None:
 def read_raw(text: str) -> list[dict[str, str]]:
     """Per profiled launch, in launch order, every column of ncu's ``--page raw`` CSV (its
     second row holds the units, and is dropped)."""
-    start = text.find('"ID"')
-    if start < 0:
-        raise SystemExit("ncu's report holds no profiled launch (no \"ID\" header in its "
-                         f"raw page): {text[:300]!r}")
-    rows = list(csv.DictReader(io.StringIO(text[start:])))
+    rows = ncu_csv(text, "raw")
     return sorted((r for r in rows if number(r["ID"]) is not None), key=lambda r: int(r["ID"]))
 
 

@@ -663,6 +663,51 @@ def test_carveout_sequence_names_a_report_that_profiled_nothing():
         sequence.read_details("==PROF== No kernels were profiled.\n")
 
 
+@interpreter_only
+def test_ncu_goal_cells_records_each_arm_with_the_ops_bytes_and_launches_it(tmp_path):
+    cells = script("ncu_goal_cells")
+    record = tmp_path / "launches.json"
+    assert cells.main(["--launch", "--device", "cpu", "--quick", "--record", str(record)]) == 0
+    made = json.loads(record.read_text())
+    assert [label for label, _ in made] == [f"tiny/T40 {arm}" for arm in cells.ARMS]
+    # 40 tokens of 3 rows of 64 bf16 read and written, and each token's table row (64
+    # fp32), position (int64) and the two weights: the same yardstick for every arm.
+    assert {model for _, model in made} == {40 * 3 * 64 * 2 * 2 + 40 * (64 * 4 + 8) + 2 * 64 * 2}
+
+
+NCU_RAW_COLUMNS = ("ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum",
+                   "dram__bytes_write.sum", "sm__cycles_active.avg", "sm__cycles_elapsed.avg",
+                   "lts__t_sector_hit_rate.pct",
+                   "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+                   "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",
+                   "smsp__average_warps_issue_stalled_not_issued_per_issue_active.ratio")
+NCU_RAW = "\n".join([
+    "==PROF== Disconnected from process 7",
+    ",".join(f'"{c}"' for c in NCU_RAW_COLUMNS),
+    '"","","nsecond","byte","byte","cycle","cycle","%","inst","inst","inst"',
+    '"1","rows_copy_kernel","40,000","95,000","95,000","950","1,000","10","15","1","2"',
+    '"0","qk_norm_rope_kernel","46,320","110,000","90,000","900","1,000","12.5","20.1","3.2","30"',
+])
+
+
+def test_ncu_goal_cells_reads_bytes_busy_share_and_stalls_per_launch_in_launch_order():
+    cells = script("ncu_goal_cells")
+    first, second = cells.read_raw(NCU_RAW)
+    assert first["Kernel Name"] == "qk_norm_rope_kernel"
+    fused = cells.summary("cell fused", first, 200_000)
+    assert fused["us"] == pytest.approx(46.32) and fused["L2 hit %"] == 12.5
+    assert fused["dram bytes / model"] == 1.0 and fused["sm busy %"] == 90.0
+    # The largest stalls first; "not issued" is no stall reason.
+    assert list(fused["stalls"]) == ["long_scoreboard", "lg_throttle"]
+    assert cells.summary("cell copy", second, 200_000)["dram bytes / model"] == 0.95
+
+
+def test_ncu_goal_cells_names_a_report_that_profiled_nothing():
+    cells = script("ncu_goal_cells")
+    with pytest.raises(SystemExit, match="no \"ID\" header in its raw page"):
+        cells.read_raw("==PROF== No kernels were profiled.\n")
+
+
 def _l2_run(copy_gbps: float, fixed_us: float, rate: float, tokens: list[int]) -> dict:
     """An L2-bench record whose one arm takes exactly ``fixed_us + bytes_us / rate``."""
     shapes = []
