@@ -52,6 +52,8 @@ SHOWN = {
 # Stall reasons: the WarpStateStats section's per-issue ratios.
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
+# Of those, the one that is no stall: the warp issued.
+NOT_STALLS = ("selected",)
 
 
 def cells(quick: bool) -> list[Shape]:
@@ -102,6 +104,12 @@ def run_launches(device: torch.device, quick: bool, record: Path | None = None) 
             launch()
 
 
+# ncu's units, as the scale to bytes or to microseconds (it scales each column to its values).
+SCALES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
+          "nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3,
+          "second": 1e6, "s": 1e6}
+
+
 def number(text: str) -> float | None:
     try:
         return float(text.replace(",", ""))
@@ -109,22 +117,31 @@ def number(text: str) -> float | None:
         return None
 
 
-def read_raw(text: str) -> list[dict[str, str]]:
-    """Per profiled launch, in launch order, every column of ncu's ``--page raw`` CSV (its
-    second row holds the units, and is dropped)."""
+def read_raw(text: str) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """Per profiled launch, in launch order, every column of ncu's ``--page raw`` CSV; and
+    each column's unit (the row after the header, whose ID is empty)."""
     rows = ncu_csv(text, "raw")
-    return sorted((r for r in rows if number(r["ID"]) is not None), key=lambda r: int(r["ID"]))
+    units = next((r for r in rows if not r["ID"]), {})
+    launches = sorted((r for r in rows if number(r["ID"]) is not None), key=lambda r: int(r["ID"]))
+    return launches, units
 
 
-def summary(label: str, row: dict[str, str], model_bytes: int) -> dict:
+def scaled(row: dict[str, str], units: dict[str, str], column: str) -> float | None:
+    """The column's value in bytes or microseconds where its unit is one of ``SCALES``,
+    else as reported; None where the launch has no such number."""
+    value = number(row.get(column, ""))
+    return None if value is None else value * SCALES.get(units.get(column, ""), 1)
+
+
+def summary(label: str, row: dict[str, str], units: dict[str, str], model_bytes: int) -> dict:
     """What ``SHOWN`` names, the DRAM bytes against the byte model, the share of the
-    launch the multiprocessors were busy, and the five largest stall reasons."""
+    launch the multiprocessors were busy, and the five largest stall reasons, each as its
+    share of every reason's stalled warps per issue (a kernel's own mix: the copies issue
+    few instructions, so their ratios are larger throughout)."""
     out: dict = {"launch": label, "kernel": row.get("Kernel Name")}
     for name, columns in SHOWN.items():
-        out[name] = next((number(row[c]) for c in columns if c in row), None)
-    if out["us"] is not None:
-        out["us"] /= 1e3  # ncu reports the duration in ns
-    moved = [number(row.get(m, "")) for m in ("dram__bytes_read.sum", "dram__bytes_write.sum")]
+        out[name] = next((scaled(row, units, c) for c in columns if c in row), None)
+    moved = [scaled(row, units, m) for m in ("dram__bytes_read.sum", "dram__bytes_write.sum")]
     if None not in moved:
         out["dram bytes / model"] = sum(moved) / model_bytes
     active, elapsed = (number(row.get(m, "")) for m in METRICS[3:])
@@ -132,35 +149,50 @@ def summary(label: str, row: dict[str, str], model_bytes: int) -> dict:
         out["sm busy %"] = 100 * active / elapsed
     stalls = {c[len(STALL_PREFIX):-len(STALL_SUFFIX)]: number(v) for c, v in row.items()
               if c.startswith(STALL_PREFIX) and c.endswith(STALL_SUFFIX)
-              and "not_issued" not in c and number(v) is not None}
-    out["stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1])[:5])
+              and number(v) is not None}
+    stalls = {k: v for k, v in stalls.items() if k not in NOT_STALLS}
+    total = sum(stalls.values())
+    largest = sorted(stalls.items(), key=lambda kv: -kv[1])[:5]
+    out["stall %"] = {k: 100 * v / total for k, v in largest} if total else {}
     return out
+
+
+def read_report(report: Path) -> list[dict]:
+    """Each launch's ``summary`` from a report's raw page (``REPORT.csv``) and the labels and
+    bytes its launches recorded (``REPORT.launches.json``)."""
+    (rows, units), made = (read_raw(report.with_suffix(".csv").read_text()),
+                           json.loads(report.with_suffix(".launches.json").read_text()))
+    if len(rows) != len(made):
+        raise SystemExit(f"ncu profiled {len(rows)} launches; {len(made)} were made")
+    return [summary(label, row, units, model)
+            for (label, model), row in zip(made, rows, strict=True)]
+
+
+def write_and_print(report: Path) -> int:
+    result = read_report(report)
+    report.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    for entry in result:
+        print(entry["launch"])
+        print("   " + "  ".join(f"{k} {v:.3g}" for k, v in entry.items()
+                                if isinstance(v, float)))
+        print("   stall %: " + "  ".join(f"{k} {v:.0f}" for k, v in entry["stall %"].items()))
+    return 0
 
 
 def under_ncu(out: Path, cache: str) -> int:
     ncu = find_ncu()
     out.mkdir(parents=True, exist_ok=True)
     report = out / f"goal-cells-{cache}"
-    record = report.with_suffix(".launches.json")
     sections = [a for s in SECTIONS for a in ("--section", s)]
     subprocess.run([ncu, "--clock-control", "none", "--cache-control", cache,
                     "--profile-from-start", "off", *sections, "--metrics", ",".join(METRICS),
                     "-k", "regex:qk_norm_rope|rows_copy", "-f", "-o", str(report),
-                    sys.executable, __file__, "--launch", "--record", str(record)], check=True)
+                    sys.executable, __file__, "--launch", "--record",
+                    str(report.with_suffix(".launches.json"))], check=True)
     text = subprocess.run([ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw"],
                           check=True, capture_output=True, text=True).stdout
     report.with_suffix(".csv").write_text(text)
-    rows, made = read_raw(text), json.loads(record.read_text())
-    if len(rows) != len(made):
-        raise SystemExit(f"ncu profiled {len(rows)} launches; {len(made)} were made")
-    result = [summary(label, row, model) for (label, model), row in zip(made, rows, strict=True)]
-    report.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    for entry in result:
-        print(entry["launch"])
-        print("   " + "  ".join(f"{k} {v:.3g}" for k, v in entry.items()
-                                if isinstance(v, float)))
-        print("   stalls: " + "  ".join(f"{k} {v:.2f}" for k, v in entry["stalls"].items()))
-    return 0
+    return write_and_print(report)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,8 +203,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the launches alone (what ncu profiles)")
     parser.add_argument("--record", type=Path, default=None,
                         help="with --launch: write the launches' labels and bytes here")
+    parser.add_argument("--read", type=Path, default=None, metavar="REPORT",
+                        help="summarise a report made before (DIR/goal-cells-CACHE) again")
     add_device_options(parser)
     args = parser.parse_args(argv)
+    if args.read:
+        return write_and_print(args.read)
     device = device_of(args)
     if args.launch:
         run_launches(device, args.quick, args.record)

@@ -680,26 +680,29 @@ NCU_RAW_COLUMNS = ("ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_r
                    "lts__t_sector_hit_rate.pct",
                    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
                    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",
-                   "smsp__average_warps_issue_stalled_not_issued_per_issue_active.ratio")
+                   "smsp__average_warps_issue_stalled_selected_per_issue_active.ratio")
 NCU_RAW = "\n".join([
     "==PROF== Disconnected from process 7",
     ",".join(f'"{c}"' for c in NCU_RAW_COLUMNS),
-    '"","","nsecond","byte","byte","cycle","cycle","%","inst","inst","inst"',
-    '"1","rows_copy_kernel","40,000","95,000","95,000","950","1,000","10","15","1","2"',
-    '"0","qk_norm_rope_kernel","46,320","110,000","90,000","900","1,000","12.5","20.1","3.2","30"',
+    '"","","usecond","Mbyte","Kbyte","cycle","cycle","%","inst","inst","inst"',
+    '"1","rows_copy_kernel","40.0","0.095","95","950","1,000","10","15","1","2"',
+    '"0","qk_norm_rope_kernel","46.32","0.11","90","900","1,000","12.5","20.1","3.2","30"',
 ])
 
 
 def test_ncu_goal_cells_reads_bytes_busy_share_and_stalls_per_launch_in_launch_order():
     cells = script("ncu_goal_cells")
-    first, second = cells.read_raw(NCU_RAW)
+    (first, second), units = cells.read_raw(NCU_RAW)
     assert first["Kernel Name"] == "qk_norm_rope_kernel"
-    fused = cells.summary("cell fused", first, 200_000)
+    fused = cells.summary("cell fused", first, units, 200_000)
+    # Each column scaled by its unit: us, and Mbyte and Kbyte to bytes.
     assert fused["us"] == pytest.approx(46.32) and fused["L2 hit %"] == 12.5
-    assert fused["dram bytes / model"] == 1.0 and fused["sm busy %"] == 90.0
-    # The largest stalls first; "not issued" is no stall reason.
-    assert list(fused["stalls"]) == ["long_scoreboard", "lg_throttle"]
-    assert cells.summary("cell copy", second, 200_000)["dram bytes / model"] == 0.95
+    assert fused["dram bytes / model"] == pytest.approx(1.0) and fused["sm busy %"] == 90.0
+    # The largest stalls first, as shares of them all; an issued warp is no stall.
+    assert fused["stall %"] == pytest.approx({"long_scoreboard": 100 * 20.1 / 23.3,
+                                              "lg_throttle": 100 * 3.2 / 23.3})
+    assert cells.summary("cell copy", second, units, 200_000)["dram bytes / model"] == \
+        pytest.approx(0.95)
 
 
 def test_ncu_goal_cells_names_a_report_that_profiled_nothing():
