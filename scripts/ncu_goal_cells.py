@@ -14,9 +14,10 @@ before left them.
 What it reads, per launch: its duration, the DRAM bytes it moved against the op's byte
 model, DRAM throughput, L2 hit rate, how much of the launch the multiprocessors were busy
 (``sm__cycles_active.avg`` over the elapsed cycles: the ramp and the tail show there),
-achieved occupancy and waves, and the warp stall reasons (the largest five). Writes
-``DIR/goal-cells-CACHE.ncu-rep``, ``.csv`` (ncu's raw page) and ``.json``, and prints one
-block per launch.
+achieved occupancy and waves, and the five largest warp stall reasons as shares of them
+all. Writes ``DIR/goal-cells-CACHE.ncu-rep``, ``.launches.json`` (each launch's label and
+the op's bytes), ``.csv`` (ncu's raw page) and ``.json`` (the summary), and prints one block
+per launch; ``--read DIR/goal-cells-CACHE`` summarises those files again.
 """
 
 import argparse
@@ -144,7 +145,8 @@ def summary(label: str, row: dict[str, str], units: dict[str, str], model_bytes:
     moved = [scaled(row, units, m) for m in ("dram__bytes_read.sum", "dram__bytes_write.sum")]
     if None not in moved:
         out["dram bytes / model"] = sum(moved) / model_bytes
-    active, elapsed = (number(row.get(m, "")) for m in METRICS[3:])
+    active, elapsed = (number(row.get(m, ""))
+                       for m in ("sm__cycles_active.avg", "sm__cycles_elapsed.avg"))
     if active is not None and elapsed:
         out["sm busy %"] = 100 * active / elapsed
     stalls = {c[len(STALL_PREFIX):-len(STALL_SUFFIX)]: number(v) for c, v in row.items()
