@@ -147,6 +147,12 @@ class Settings:
     pdl_wait_first_warps_per_sm: int = 48
     # The variant every PDL launch takes (0: by the rule above).
     pdl_variant: int = 0
+    # A cap on the fused kernel's registers a thread (ptxas's ``.maxnreg``; 0: ptxas's own
+    # choice, 64 at the D = 128 tiles of 4096 elements in 4 warps, so 8 programs a
+    # multiprocessor). At 48 (10 programs) or 40 (12), more rows are in flight a
+    # multiprocessor, for 31-84 or 69-154 spilled stores and loads a program (through L1)
+    # at the goal cells (``scripts/kernel_ir.py``'s register cases).
+    max_registers: int = 0
 
 
 SETTINGS = Settings()
