@@ -150,8 +150,9 @@ class Settings:
     # A cap on the fused kernel's registers a thread (ptxas's ``.maxnreg``; 0: ptxas's own
     # choice, 64 at the D = 128 tiles of 4096 elements in 4 warps, so 8 programs a
     # multiprocessor). At 48 (10 programs) or 40 (12), more rows are in flight a
-    # multiprocessor, for 31-84 or 69-154 spilled stores and loads a program (through L1)
-    # at the goal cells (``scripts/kernel_ir.py``'s register cases).
+    # multiprocessor, for 64-165 or 139-307 local stores and loads (spills, through L1) in
+    # a program's code at the goal cells, and some row loads sunk past the first arithmetic
+    # (results/tuning/2026-12-06-registers/).
     max_registers: int = 0
 
 

@@ -94,7 +94,8 @@ def ir_counts(compiled) -> dict:
 
 def counts(compiled) -> dict:
     """``ir_counts`` and, from the cubin's SASS and resource usage, the loads before the
-    first float instruction and the registers per thread."""
+    first float instruction, the registers per thread and the spills (local-memory stores
+    and loads: ptxas's, under a register cap)."""
     regs = re.search(r"REG:(\d+)", cuobjdump(compiled, "--dump-resource-usage"))
     sass = [line for line in cuobjdump(compiled, "-sass").splitlines()
             if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
@@ -104,6 +105,7 @@ def counts(compiled) -> dict:
         **ir_counts(compiled),
         "loads_before_math": sum("LDG" in line for line in sass[:first_math]),
         "registers": int(regs.group(1)) if regs else None,
+        "spills": sum(bool(re.search(r"\b(?:STL|LDL)\b", line)) for line in sass),
     }
 
 
