@@ -219,11 +219,9 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
          # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
          period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),
-        # launch_pdl only when asked for: a Triton older than 3.3 rejects the option;
-        # maxnreg only when set, so that a default launch records the options it always had.
+        # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,
-         **({"launch_pdl": True} if pdl_variant else {}),
-         **({"maxnreg": plan.SETTINGS.max_registers} if plan.SETTINGS.max_registers else {})},
+         **({"launch_pdl": True} if pdl_variant else {})},
     )
 
 

@@ -147,13 +147,6 @@ class Settings:
     pdl_wait_first_warps_per_sm: int = 48
     # The variant every PDL launch takes (0: by the rule above).
     pdl_variant: int = 0
-    # A cap on the fused kernel's registers a thread (ptxas's ``.maxnreg``; 0: ptxas's own
-    # choice, 64 at the D = 128 tiles of 4096 elements in 4 warps, so 8 programs a
-    # multiprocessor). At 48 (10 programs) or 40 (12), more rows are in flight a
-    # multiprocessor, for 64-165 or 139-307 local stores and loads (spills, through L1) in
-    # a program's code at the goal cells, and some row loads sunk past the first arithmetic
-    # (results/tuning/2026-12-06-registers/).
-    max_registers: int = 0
 
 
 SETTINGS = Settings()

@@ -141,14 +141,6 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "e8192-w8": {"elems_per_program": 8192, **OWN_SIZE},
         "e8192-w4": {"elems_per_program": 8192, "elems_per_warp": 2048, **OWN_SIZE},
     },
-    # More programs a multiprocessor: Nsight Compute on an H100 (results/tuning/
-    # 2026-12-06-h100-ncu) found the fused kernel at half the rows' copy's occupancy (64
-    # registers, 8 programs a multiprocessor) with 69-77 % of its stalls on global loads.
-    # ptxas's register cap at 48 (10 programs) and 40 (12), paid for in spills through L1.
-    "registers": {
-        "default": {}, "default-again": {},
-        "regs-48": {"max_registers": 48}, "regs-40": {"max_registers": 40},
-    },
     # The rule for launches of few programs (since 3.11) off, with and without PDL.
     "few-programs": {
         "default": {}, "default-again": {}, "few-off": {"few_programs_per_sm": 0},

@@ -31,7 +31,7 @@
 # Kernels 3.10-3.12 on the H200, each set one call of under ten minutes, in the order of
 # what it decides (docs/kernel-notes.md, the eighth session's "The next device call"):
 # `v312a` (3.12's fused programs gated against 3.10's, hot and cold; then the L2 bench:
-# programs of 8192 elements, the fused kernel's registers capped, the few-programs arms at the decode geometries, what the table
+# programs of 8192 elements, the few-programs arms at the decode geometries, what the table
 # costs, the rules past the L2 below it, the Gluon prototype, the smaller program sizes at
 # T = 512-8192, and Nsight Compute's read of the goal cells; each job 5-50 s on an H100,
 # about six minutes in all), `v312d` (3.10's split
@@ -60,8 +60,6 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
         "timeout 90 $l2 --arms larger-programs --geometries goals --tokens 8192 32768 --out \$WORK/larger-hot" \
         "timeout 60 $l2 --arms larger-programs --geometries goals --tokens 8192 --cold --out \$WORK/larger-cold" \
-        "timeout 60 $l2 --arms registers --geometries d128-dit --tokens 8192 32768 --out \$WORK/registers-hot" \
-        "timeout 45 $l2 --arms registers --geometries d128-dit --tokens 8192 --cold --out \$WORK/registers-cold" \
         "timeout 70 $l2 --arms few-programs --geometries qwen3 --tokens 256 512 1024 2048 4096 8192 --out \$WORK/few-qwen3-hot" \
         "timeout 60 $l2 --arms table-cached --geometries d128-dit --tokens 8192 32768 --out \$WORK/cached-hot" \
         "timeout 60 $l2 --arms past-l2 --geometries goals --tokens 512 2048 4096 8192 --cold --out \$WORK/past-l2-cold" \

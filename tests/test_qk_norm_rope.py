@@ -216,22 +216,6 @@ def test_a_launch_of_few_programs_is_bit_identical_to_the_split_route(c, device)
     assert_bit_identical(fk, sk, "k")
 
 
-# 32: below the 36 registers ptxas takes uncapped at these tiles for sm_90, so that the
-# GPU's check can fail.
-@pytest.mark.parametrize("cap", [0, 32], ids=["uncapped", "capped-32"])
-def test_a_register_cap_reaches_only_the_fused_launch_and_keeps_its_bits(cap, device):
-    c = case(tokens=64, head_dim=128, heads_q=8, heads_k=2, inplace=False)
-    with plan.use(max_registers=cap), launch.recording() as launches:
-        _, (fq, fk), (sq, sk) = routes_on(c, 6, device)
-    fused, *split = (kernel_launch for kernel_launch, _ in launches)
-    assert fused.options.get("maxnreg") == (cap or None)
-    assert split and not any("maxnreg" in s.options for s in split)
-    if cap and device != "cpu":  # ptxas honoured it (the interpreter compiles nothing)
-        assert fused.compiled and all(k.n_regs <= cap for k in fused.compiled.values())
-    assert_bit_identical(fq, sq, "q")
-    assert_bit_identical(fk, sk, "k")
-
-
 @pytest.mark.parametrize("c", ALL_CASES)
 def test_both_routes_agree_with_the_fp64_oracle(c, device):
     inputs, fused, split = routes_on(c, 2, device)
