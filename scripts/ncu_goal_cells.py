@@ -151,8 +151,8 @@ def summary(label: str, row: dict[str, str], units: dict[str, str], model_bytes:
         out["sm busy %"] = 100 * active / elapsed
     stalls = {c[len(STALL_PREFIX):-len(STALL_SUFFIX)]: number(v) for c, v in row.items()
               if c.startswith(STALL_PREFIX) and c.endswith(STALL_SUFFIX)
+              and c[len(STALL_PREFIX):-len(STALL_SUFFIX)] not in NOT_STALLS
               and number(v) is not None}
-    stalls = {k: v for k, v in stalls.items() if k not in NOT_STALLS}
     total = sum(stalls.values())
     largest = sorted(stalls.items(), key=lambda kv: -kv[1])[:5]
     out["stall %"] = {k: 100 * v / total for k, v in largest} if total else {}
@@ -162,8 +162,8 @@ def summary(label: str, row: dict[str, str], units: dict[str, str], model_bytes:
 def read_report(report: Path) -> list[dict]:
     """Each launch's ``summary`` from a report's raw page (``REPORT.csv``) and the labels and
     bytes its launches recorded (``REPORT.launches.json``)."""
-    (rows, units), made = (read_raw(report.with_suffix(".csv").read_text()),
-                           json.loads(report.with_suffix(".launches.json").read_text()))
+    rows, units = read_raw(report.with_suffix(".csv").read_text())
+    made = json.loads(report.with_suffix(".launches.json").read_text())
     if len(rows) != len(made):
         raise SystemExit(f"ncu profiled {len(rows)} launches; {len(made)} were made")
     return [summary(label, row, units, model)
@@ -171,6 +171,7 @@ def read_report(report: Path) -> list[dict]:
 
 
 def write_and_print(report: Path) -> int:
+    """``read_report``'s summaries written to ``REPORT.json`` and printed, a block a launch."""
     result = read_report(report)
     report.with_suffix(".json").write_text(json.dumps(result, indent=1))
     for entry in result:

@@ -705,6 +705,27 @@ def test_ncu_goal_cells_reads_bytes_busy_share_and_stalls_per_launch_in_launch_o
         pytest.approx(0.95)
 
 
+def test_ncu_goal_cells_reads_an_archived_report_again_under_its_launches_labels(tmp_path):
+    cells = script("ncu_goal_cells")
+    report = tmp_path / "goal-cells-all"
+    report.with_suffix(".csv").write_text(NCU_RAW)
+    report.with_suffix(".launches.json").write_text(
+        json.dumps([["cell fused", 200_000], ["cell copy", 200_000]]))
+    assert cells.main(["--read", str(report)]) == 0
+    fused, copy = json.loads(report.with_suffix(".json").read_text())
+    assert (fused["launch"], copy["launch"]) == ("cell fused", "cell copy")
+    assert fused["us"] == pytest.approx(46.32) and copy["us"] == pytest.approx(40.0)
+
+
+def test_ncu_goal_cells_refuses_a_report_of_other_launches_than_were_made(tmp_path):
+    cells = script("ncu_goal_cells")
+    report = tmp_path / "goal-cells-all"
+    report.with_suffix(".csv").write_text(NCU_RAW)
+    report.with_suffix(".launches.json").write_text(json.dumps([["cell fused", 200_000]]))
+    with pytest.raises(SystemExit, match="ncu profiled 2 launches; 1 were made"):
+        cells.main(["--read", str(report)])
+
+
 def test_ncu_goal_cells_names_a_report_that_profiled_nothing():
     cells = script("ncu_goal_cells")
     with pytest.raises(SystemExit, match="no \"ID\" header in its raw page"):
