@@ -16,18 +16,19 @@ from qkbench.protocol import parse
 from qkbench.summary import current
 
 from conftest import interpreter_only
-from synthetic import synthetic_sweep, tiny_protocol
+from synthetic import ROUTES, synthetic_sweep, tiny_protocol
 
 pytestmark = interpreter_only
 
 PROTOCOL = tiny_protocol("calibrated", inner_reps=8)
 EVERY = (8, 2)  # +12.5 % and +50 % of the route's own work
+ROUTE = ROUTES[0]  # the route calibrated
 
 
 def calibrate(tmp_path, **clock) -> dict:
     """Both runs on the synthetic clock; returns their archives by kind."""
     runs = {}
-    for kind, p in calibration.protocols(parse(PROTOCOL), "split", EVERY).items():
+    for kind, p in calibration.protocols(parse(PROTOCOL), ROUTE, EVERY).items():
         runs[kind] = synthetic_sweep(p, tmp_path / f"{kind}.json.gz", **clock)
     return runs
 
@@ -56,7 +57,7 @@ def test_every_planted_effect_is_resolved_slower_near_its_size(unbiased):
 
 def test_the_summary_line_counts_false_verdicts_and_resolved_effects(unbiased):
     line = calibration.summary_line(calibration.summarize(unbiased["aa"], unbiased["planted"]))
-    assert line == ("calibrate split: false verdicts 0/2, planted effects resolved 4/4 "
+    assert line == (f"calibrate {ROUTE}: false verdicts 0/2, planted effects resolved 4/4 "
                     "(4/4 of those larger than their cell's width)")
 
 
@@ -83,7 +84,7 @@ def test_planted_share_counts_the_extra_calls_in_one_replay(every, sets, launche
 def test_a_planted_step_that_does_not_divide_inner_reps_is_refused():
     with pytest.raises(ProtocolError, match=r"--planted 3: must divide the protocol's "
                                             r"inner_reps \(8\)"):
-        calibration.protocols(parse(PROTOCOL), "split", (8, 3))
+        calibration.protocols(parse(PROTOCOL), ROUTE, (8, 3))
 
 
 @pytest.mark.parametrize(("inner_reps", "every"), [
@@ -105,7 +106,7 @@ def test_calibrate_cli_reports_from_archives_and_ends_with_the_line(unbiased, tm
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert "tiny" in result.stdout and "planted +12.50%" in result.stdout
-    assert lines[-1].startswith("calibrate split: false verdicts 0/2")
+    assert lines[-1].startswith(f"calibrate {ROUTE}: false verdicts 0/2")
 
 
 def test_calibrate_cli_exits_1_on_a_false_verdict(tmp_path):
@@ -114,7 +115,7 @@ def test_calibrate_cli_exits_1_on_a_false_verdict(tmp_path):
                                       runs["aa"]), "--planted-run",
                                       _write(tmp_path / "p.json.gz", runs["planted"])])
     assert result.exit_code == 1
-    assert "error: calibrate split: false verdicts 2/2" in result.stderr
+    assert f"error: calibrate {ROUTE}: false verdicts 2/2" in result.stderr
 
 
 def report_from(tmp_path, aa: dict, planted: dict, *more: str):
@@ -130,20 +131,20 @@ def assert_one_error(result, line: str) -> None:
 
 def test_archives_given_the_wrong_way_round_are_refused_naming_them(unbiased, tmp_path):
     assert_one_error(report_from(tmp_path, unbiased["planted"], unbiased["aa"]),
-                     "--aa: not an A/A calibration archive (its routes are split, split+1/8, "
-                     "split+1/2; such a run times ROUTE against ROUTE~twin)")
+                     f"--aa: not an A/A calibration archive (its routes are {ROUTE}, "
+                     f"{ROUTE}+1/8, {ROUTE}+1/2; such a run times ROUTE against ROUTE~twin)")
 
 
 def test_an_ordinary_sweep_is_not_a_planted_run(unbiased, tmp_path):
     sweep = synthetic_sweep(PROTOCOL, tmp_path / "sweep.json.gz")
     assert_one_error(report_from(tmp_path, unbiased["aa"], sweep),
-                     "--planted-run: not a planted calibration archive (its routes are split, "
-                     "fused; such a run times ROUTE against ROUTE+1/N)")
+                     "--planted-run: not a planted calibration archive (its routes are "
+                     f"{', '.join(ROUTES)}; such a run times ROUTE against ROUTE+1/N)")
 
 
 def test_the_runs_of_two_calibrations_are_not_read_as_one(unbiased, tmp_path):
     other = parse(tiny_protocol("calibrated", (1,), inner_reps=8))
-    aa = synthetic_sweep(calibration.protocols(other, "split", EVERY)["aa"],
+    aa = synthetic_sweep(calibration.protocols(other, ROUTE, EVERY)["aa"],
                          tmp_path / "other-aa.json.gz")
     assert_one_error(report_from(tmp_path, aa, unbiased["planted"]),
                      "--aa and --planted-run ran different protocols or cells: give the two "
@@ -155,7 +156,7 @@ def test_a_machine_on_which_every_cell_is_unstable_fails_calibration_proving_not
     # One arm order's null arm always disagrees by 3 %: every cell of both runs is unstable.
     runs = calibrate(tmp_path, order_null_bias={("B", "A", "A'"): 0.03})
     result = report_from(tmp_path, runs["aa"], runs["planted"])
-    assert_one_error(result, "calibrate split: false verdicts 0/0, planted effects resolved "
+    assert_one_error(result, f"calibrate {ROUTE}: false verdicts 0/0, planted effects resolved "
                      "0/4 (0/0 of those larger than their cell's width); cells without an "
                      "estimate: 2 A/A, 4 planted: no A/A cell had an estimate, so none could "
                      "be judged")
@@ -166,7 +167,7 @@ def test_a_planted_effect_beyond_the_width_estimated_and_unresolved_is_a_failure
     assert calibration.failures(calibration.summarize(unbiased["aa"], unbiased["planted"])) == []
     # The planted run's summary with one +12.5 % cell as if its interval had reached zero.
     missed = copy.deepcopy(current(unbiased["planted"]))
-    comp = next(c for c in missed["comparisons"] if c["candidate"] == "split+1/8")
+    comp = next(c for c in missed["comparisons"] if c["candidate"] == f"{ROUTE}+1/8")
     comp["cases"][0]["effect"]["verdict"] = "unresolved"
     monkeypatch.setattr(calibration, "current", lambda archive: missed if archive is unbiased[
         "planted"] else current(archive))
@@ -177,7 +178,7 @@ def test_a_planted_effect_beyond_the_width_estimated_and_unresolved_is_a_failure
 
 
 def test_runs_timed_with_other_measuring_settings_are_not_one_calibration(unbiased, tmp_path):
-    cold = calibration.protocols(parse(PROTOCOL).with_overrides(cache="cold"), "split", EVERY)
+    cold = calibration.protocols(parse(PROTOCOL).with_overrides(cache="cold"), ROUTE, EVERY)
     planted = synthetic_sweep(cold["planted"], tmp_path / "cold-planted.json.gz")
     assert_one_error(report_from(tmp_path, unbiased["aa"], planted),
                      "--aa and --planted-run were timed differently (cache hot against cold): "

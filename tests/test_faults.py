@@ -390,39 +390,46 @@ def test_a_timed_out_run_leaves_no_pass_folder_and_no_lock(timed_out):
     assert [p.name for p in timed_out.out.parent.iterdir()] == ["run.json"]
 
 
-def swept_in_workers(tmp_path: Path, monkeypatch, route: str) -> dict:
-    """quick.toml in worker processes with ``route`` as the candidate, through the CLI: its
-    archive, once every primary pass is seen to finish well inside its timeout."""
-    out = tmp_path / "run.json"
-    monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
-    monkeypatch.syspath_prepend(str(FIXTURES))
-    start = time.monotonic()
-    result = CliRunner().invoke(app, [
-        "sweep", "--protocol", str(QUICK), "--device", "cpu", "--isolation", "process",
-        "--route", "split", "--route", route, "--pass-timeout", str(TIMEOUT_S),
-        "--out", str(out)])
-    run = archives.read(out)
-    assert [p["status"] for p in run["passes"]][:6] == ["ok"] * 6, result.output
-    assert "timed out" not in result.output
-    assert time.monotonic() - start < 6 * TIMEOUT_S
-    return run
+@pytest.fixture(scope="module")
+def swept_in_workers(tmp_path_factory) -> SimpleNamespace:
+    """quick.toml in worker processes through the CLI, with two candidates that work but
+    trouble their process: one writes bytes that are not UTF-8 on its stderr, one leaves a
+    helper process holding that stderr. Its archive and the helpers' pids, once every
+    primary pass is seen to finish well inside its timeout."""
+    tmp = tmp_path_factory.mktemp("workers")
+    out, helpers = tmp / "run.json", tmp / "helpers"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
+        mp.setenv("QKBENCH_TEST_HELPERS", str(helpers))
+        mp.syspath_prepend(str(FIXTURES))
+        mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+        start = time.monotonic()
+        result = CliRunner().invoke(app, [
+            "sweep", "--protocol", str(QUICK), "--device", "cpu", "--isolation", "process",
+            "--route", "split", "--route", "mumbling_route:qk_norm_rope",
+            "--route", "helper_route:qk_norm_rope", "--pass-timeout", str(TIMEOUT_S),
+            "--out", str(out)])
+        elapsed = time.monotonic() - start
+    return SimpleNamespace(result=result, run=archives.read(out), elapsed=elapsed,
+                           helpers=[int(x) for x in helpers.read_text().split()])
 
 
 def test_a_worker_writing_bytes_that_are_not_utf8_on_stderr_still_completes_its_passes(
-        tmp_path, monkeypatch):
+        swept_in_workers):
     # Its stderr is read for progress lines: a byte it cannot decode must not stop the
     # reading, or every pass would wait out its timeout and be recorded as timed out.
-    swept_in_workers(tmp_path, monkeypatch, "mumbling_route:qk_norm_rope")
+    run, result = swept_in_workers.run, swept_in_workers.result
+    assert [p["status"] for p in run["passes"]][:6] == ["ok"] * 6, result.output
+    assert "timed out" not in result.output
+    assert swept_in_workers.elapsed < 6 * TIMEOUT_S
 
 
 def test_a_worker_that_leaves_a_helper_holding_its_stderr_completes_and_the_helper_ends(
-        tmp_path, monkeypatch):
+        swept_in_workers):
     # The worker exits with its result while the helper it started keeps the pipe open: the
     # pass is judged by the worker's exit, and its process group (the helper) is ended.
-    helpers = tmp_path / "helpers"
-    monkeypatch.setenv("QKBENCH_TEST_HELPERS", str(helpers))
-    swept_in_workers(tmp_path, monkeypatch, "helper_route:qk_norm_rope")
-    pids = [int(x) for x in helpers.read_text().split()]
+    assert [p["status"] for p in swept_in_workers.run["passes"]][:6] == ["ok"] * 6
+    pids = swept_in_workers.helpers
     assert len(pids) >= 6
     wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the helpers to end")
 

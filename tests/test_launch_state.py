@@ -195,8 +195,7 @@ def test_a_pdl_candidate_moves_its_baseline_only_when_the_state_is_left_as_found
     held by the primer it reads level."""
     clock = LaunchStateClock()
     tell_on_primers(monkeypatch, clock)
-    text = tiny_protocol("state").replace('routes = ["split", "fused"]',
-                                          'routes = ["split", "fused", "fused-pdl"]')
+    text = tiny_protocol("state", routes=("split", "fused", "fused-pdl"))
     run = synthetic_sweep(parse(text).with_overrides(launch_state=launch_state),
                           tmp_path / "run.json", clock)
     verdicts = {c["effect"]["verdict"] for comp in current(run)["comparisons"]

@@ -14,7 +14,7 @@ import torch
 from qkbench.schedule import ARMS, sample_plan
 
 from conftest import interpreter_only
-from synthetic import SyntheticBackend, synthetic_sweep, tiny_protocol
+from synthetic import ROUTES, SyntheticBackend, synthetic_sweep, tiny_protocol
 
 pytestmark = interpreter_only
 
@@ -84,8 +84,9 @@ def test_every_comparison_times_a_baseline_a_candidate_and_the_baseline_again(me
             (comp,) = case["comparisons"]
             arms = {a["label"]: a for a in comp["arms"]}
             assert [a["label"] for a in comp["arms"]] == p["order"]
+            baseline, candidate = ROUTES
             assert (arms["A"]["route"], arms["B"]["route"], arms["A'"]["route"]) == (
-                "split", "fused", "split")
+                baseline, candidate, baseline)
             assert all(len(a["samples"]) == 30 for a in comp["arms"])
 
 

@@ -9,7 +9,7 @@ from qkbench.neighbours import baseline_beside
 from conftest import interpreter_only
 from synthetic import synthetic_sweep, tiny_protocol
 
-ROUTES = 'routes = ["split", "fused", "fused-pdl"]'
+ROUTES = ("split", "fused", "fused-pdl")
 FLAG = "larger than the width"
 
 
@@ -46,7 +46,7 @@ def test_a_case_without_the_first_candidates_comparison_sets_nothing_against_it(
 
 
 def _swept(tmp_path, **clock) -> dict:
-    text = tiny_protocol("neighbours").replace('routes = ["split", "fused"]', ROUTES)
+    text = tiny_protocol("neighbours", routes=ROUTES)
     return synthetic_sweep(text, tmp_path / "run.json", **clock)
 
 

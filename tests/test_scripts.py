@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,29 +53,52 @@ def test_bench_measures_only_the_shapes_up_to_max_tokens(tmp_path):
     assert result["max_tokens"] == 3
 
 
-@interpreter_only
-@pytest.mark.parametrize("probe, check, max_tokens, message", [
-    ("row_floor", lambda r: r["position_then_row"], "3",
-     "the row floor's kernel did not copy the row it names"),
-    ("rows_copy", lambda r: next(iter(r.values())), "65", "the rows' copy missed an element"),
-], ids=["row-floor", "rows-copy"])
-def test_bench_fails_loudly_when_a_limit_probe_misses_what_it_copies(
-        tmp_path, monkeypatch, capsys, probe, check, max_tokens, message):
+def missing_an_element(monkeypatch, probe: str, flags_of: Callable[[dict], dict]) -> None:
+    """``qkbench.limits``' ``probe`` reporting that its kernel missed what it copies."""
     from qkbench import limits
 
     measured = getattr(limits, probe)
 
     def missed(*args, **kwargs):
         result = measured(*args, **kwargs)
-        flags = check(result)
+        flags = flags_of(result)
         flags.update({key: False for key in ("row_copied", "copied") if key in flags})
         return result
 
     monkeypatch.setattr(limits, probe, missed)
+
+
+@interpreter_only
+def test_bench_fails_loudly_when_the_row_floor_misses_the_row_it_names(
+        tmp_path, monkeypatch, capsys):
+    missing_an_element(monkeypatch, "row_floor", lambda r: r["position_then_row"])
     bench = script("bench_kernels")
-    argv = ["--device", "cpu", "--quick", "--max-tokens", max_tokens, "--out", str(tmp_path)]
+    argv = ["--device", "cpu", "--quick", "--max-tokens", "3", "--out", str(tmp_path)]
     assert bench.main(argv) == 1
-    assert message in capsys.readouterr().out
+    assert "the row floor's kernel did not copy the row it names" in capsys.readouterr().out
+
+
+@interpreter_only
+def test_a_rows_copy_that_missed_an_element_is_a_bench_failure(tmp_path, monkeypatch):
+    # The bench's own step on its quick shape past the decode widths, not a whole bench of
+    # that shape (half a minute under the interpreter): that a failure makes the bench exit
+    # 1 naming it, the row floor's test shows.
+    from qkbench.backends import backend_for
+    from qkbench.case import Case, make_inputs
+
+    missing_an_element(monkeypatch, "rows_copy", lambda r: next(iter(r.values())))
+    bench = script("bench_kernels")
+    shape = bench.shapes(quick=True)[-1]
+    assert shape.tokens > bench.DECODE_MAX  # where the bench copies the rows
+    device = torch.device("cpu")
+    run = bench.Run(tmp_path / "bench_kernels.json", device, samples=1, budget_s=300,
+                    inner_reps=2)
+    inputs = make_inputs(Case(shape.geometry, shape.tokens, max_position=shape.max_position),
+                         0, device)
+    entry = {"shape": shape.name}
+    copies = bench.rows_copy(run, backend_for(device), entry, inputs, shape.geometry.inplace)
+    assert run.failures == [f"{shape.name}: the rows' copy missed an element"]
+    assert len(copies) > 1 and not all(c["copied"] for c in copies.values())
 
 
 @pytest.fixture
@@ -121,7 +145,7 @@ def test_perf_tables_render_each_route_beside_the_baseline_with_its_resolved_del
     from synthetic import BASE_SECONDS, REFERENCE_SECONDS, synthetic_sweep, tiny_protocol
 
     out = tmp_path / "run.json"
-    synthetic_sweep(tiny_protocol("tables"), out, effect=-0.3)
+    synthetic_sweep(tiny_protocol("tables", routes=("split", "fused")), out, effect=-0.3)
     lines = script("perf_tables").table(out).splitlines()
     assert lines[0].startswith(f"**tables** (`{out}`)")
     assert lines[2] == ("| geometry | T | split us | fused us | fused % of copy "
@@ -146,7 +170,8 @@ def test_perf_tables_show_the_verdict_where_a_cell_did_not_resolve(tmp_path):
     from synthetic import synthetic_sweep, tiny_protocol
 
     out = tmp_path / "run.json"
-    synthetic_sweep(tiny_protocol("tables"), out, first_bias=0.05)  # identical, biased slot
+    # Identical code, a biased slot: the kernels, whose table this is.
+    synthetic_sweep(tiny_protocol("tables", routes=("split", "fused")), out, first_bias=0.05)
     rows = [line.strip("| ").split(" | ")
             for line in script("perf_tables").table(out).splitlines()[4:]]
     assert [row[1] for row in rows] == ["1", "3"]  # one row per cell
@@ -369,11 +394,11 @@ print(json.dumps(rows))
 
 
 @pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(), reason="needs Triton's CUDA backend")
-def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path):
+def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path, sm90_cache):
     """A tile of fewer heads than its tensor found its token block by dividing by a
     run-time head-block count (some 20 dependent instructions and a reciprocal before the
     first load; 3-7 % of a decode launch on the H200): every divisor is now a constant."""
-    rows = kernel_ir_program(tmp_path, KERNEL_IR_DIVISIONS)
+    rows = kernel_ir_program(tmp_path, sm90_cache, KERNEL_IR_DIVISIONS)
     assert rows.pop("control") > 0  # the count sees a division by a run-time value
     assert any(label.startswith("fused DiT") for label in rows)  # a tile of 8 heads of 24
     assert rows == dict.fromkeys(rows, 0)
@@ -419,24 +444,31 @@ print(json.dumps(rows))
 """
 
 
-def kernel_ir_program(tmp_path, text: str) -> dict:
+@pytest.fixture(scope="module")
+def sm90_cache(tmp_path_factory) -> Path:
+    """A Triton cache for this module's sm_90 compiles alone: the kernels one program
+    compiled, the next finds there."""
+    return tmp_path_factory.mktemp("sm90-cache")
+
+
+def kernel_ir_program(tmp_path, cache: Path, text: str) -> dict:
     """Run ``text`` (a program given the scripts' folder) in a process of its own, compiling
-    for sm_90 into a cache of its own; its JSON output."""
+    for sm_90 into ``cache``; its JSON output."""
     program = tmp_path / "program.py"
     program.write_text(text)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    env["TRITON_CACHE_DIR"] = str(cache)
     out = subprocess.run([sys.executable, str(program), str(SCRIPTS)], env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
     return json.loads(out)
 
 
 @pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(), reason="needs Triton's CUDA backend")
-def test_the_layer_benchs_twins_compile_to_the_kernels_own_ptx(tmp_path):
+def test_the_layer_benchs_twins_compile_to_the_kernels_own_ptx(tmp_path, sm90_cache):
     """A twin differs from the kernel it times only in being a compiled kernel of its own:
     num_stages, which tells them apart, changes none of the kernels' PTX (they have no
     loops), though it changes a loop's that Triton pipelines."""
-    rows = kernel_ir_program(tmp_path, KERNEL_IR_TWINS)
+    rows = kernel_ir_program(tmp_path, sm90_cache, KERNEL_IR_TWINS)
     assert rows.pop("control") is False
     assert len(rows) == 6 and all(rows.values())
 
