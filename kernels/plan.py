@@ -72,9 +72,14 @@ class Settings:
     # (32,8), (16,2) and (64,8) x 128): faster at all 9 cells it changes, 0.8-9.9 % hot and
     # cold, but (64,8) T = 1024 hot (-0.2 %, unresolved); the 9 it leaves alone within
     # 0.11 %. With PDL it is mixed: (32,8) x 128 at T = 512 ran 2.0-5.1 % slower than
-    # 4096-element programs with PDL, (16,8) x 128 at T = 1024 10.5-15.3 % faster. The H200
-    # has not run these sizes below T = 8192.
-    few_programs_per_sm: float = 24
+    # 4096-element programs with PDL, (16,8) x 128 at T = 1024 10.5-15.3 % faster. On the
+    # H200 (results/h200/2026-12-06-v312, the rule gated against 3.10) it gained 3.4-7.2 %
+    # hot and cold at 4.4-11.6 programs a multiprocessor, but regressed hot at 17.5-19.4:
+    # (32,8) x 128 T = 2048 +4.2 %, (64,8) x 128 T = 1024 +4.7 % (cold +0.9 / +0.7 %), and
+    # its own bench read the rule 4.1-5.7 % slower there and at 23.3 ((16,8) x 128
+    # T = 4096). So the cut sits between the two (kernels 3.13): on the H100 that gives back
+    # 1.5 % hot at (32,8) x 128 T = 2048 and 3.1 % at (16,2) x 128 T = 4096.
+    few_programs_per_sm: float = 16
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
     # A PDL launch of variant 1 (``pdl_variant``) keeps its full-size programs where they

@@ -112,17 +112,19 @@ def test_the_pdl_rule_counts_warps_against_its_threshold():
 
 
 @pytest.mark.parametrize("tokens, heads_q, heads_k, expected", [
-    # 640 and 2560 programs of 4096 elements: 4.8 and 19.4 a multiprocessor.
-    (512, 32, 8, ((1, 16, 4), (2, 8, 4))), (2048, 32, 8, ((1, 16, 4), (2, 8, 4))),
-    # 576 and 2304: 4.4 and 17.5.
-    (1024, 16, 2, ((1, 16, 4), (8, 2, 4))), (4096, 16, 2, ((1, 16, 4), (8, 2, 4)))])
+    # 640 and 1280 programs of 4096 elements: 4.8 and 9.7 a multiprocessor.
+    (512, 32, 8, ((1, 16, 4), (2, 8, 4))), (1024, 32, 8, ((1, 16, 4), (2, 8, 4))),
+    # 576 and 1536: 4.4 and 11.6.
+    (1024, 16, 2, ((1, 16, 4), (8, 2, 4))), (2048, 16, 8, ((1, 16, 4), (2, 8, 4)))])
 def test_a_launch_of_few_programs_takes_2048_element_programs_in_four_warps(
         tokens, heads_q, heads_k, expected):
     assert tiles(fused_plans(tokens, heads_q, heads_k, 128, 128, H200)) == expected
 
 
 @pytest.mark.parametrize("tokens, heads_q, heads_k, head_dim, rotary_dim", [
-    (4096, 32, 8, 128, 128),  # 5120 programs, 38.8 a multiprocessor
+    (2048, 32, 8, 128, 128),  # 2560 programs, 19.4 a multiprocessor
+    (4096, 16, 2, 128, 128),  # 2304, 17.5
+    (4096, 32, 8, 128, 128),  # 5120, 38.8
     (3973, 24, 24, 128, 128),  # DiT: 5964, 45
     (8192, 16, 2, 128, 128),  # 4608, 34.9
     (256, 32, 8, 128, 128),  # 320 programs of 4096 elements: spread, a decode width
