@@ -74,7 +74,8 @@ class Settings:
     # 0.11 %. With PDL it is mixed: (32,8) x 128 at T = 512 ran 2.0-5.1 % slower than
     # 4096-element programs with PDL, (16,8) x 128 at T = 1024 10.5-15.3 % faster. On the
     # H200 (results/h200/2026-12-06-v312, the rule gated against 3.10) it gained 3.4-7.2 %
-    # hot and cold at 4.4-11.6 programs a multiprocessor, but regressed hot at 17.5-19.4:
+    # hot and cold at 4.4-9.7 programs a multiprocessor (its bench: 2.4-10.3 % up to 11.6),
+    # but regressed hot at 17.5-19.4:
     # (32,8) x 128 T = 2048 +4.2 %, (64,8) x 128 T = 1024 +4.7 % (cold +0.9 / +0.7 %), and
     # its own bench read the rule 4.1-5.7 % slower there and at 23.3 ((16,8) x 128
     # T = 4096). So the cut sits between the two (kernels 3.13): on the H100 that gives back

@@ -42,6 +42,13 @@
 # results/h100/2026-12-05-v310-gate/gate-*.toml .` (the tree's root). The two bundles
 # together (44 and 40 MB) pass the call's 64 MiB: keep in the root only the one the set
 # clones (v310.bundle for `v312a`, v39.bundle for `v312d`).
+# `v312a`, `v312e`, and the dit, decode and MRoPE runs of `v312f`/`v312g` ran on 2026-12-06
+# (results/h200/2026-12-06-v312/). Kernels 3.13 (the few-programs cut at 16 programs a
+# multiprocessor) next: `v313a` (3.13 gated against 3.12 at the few-program cells, hot and
+# cold, then the cold prefill cells that call had no time for, T = 2048 and 32768); before
+# it, here: `git tag -f
+# kernels-3.12 611c76c && git bundle create v312.bundle kernels-3.12` and the gate-few.toml
+# above, with v312.bundle the only bundle in the root. `v312d` stays to be run.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -54,7 +61,7 @@ large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 l2='python scripts/bench_l2_policy.py --rounds 24'
 smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a or v312d-g} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g or v313a} in
     v312a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
@@ -69,6 +76,10 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "timeout 120 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --out \$WORK/program-warps-hot" \
         "timeout 120 $l2 --arms program-warps --geometries goals --tokens 512 1024 2048 4096 8192 --cold --out \$WORK/program-warps-cold" \
         'timeout 120 python scripts/ncu_goal_cells.py --out $WORK/ncu --cache all' ;;
+    v313a) bash "$here/gpu_jobs.sh" "$smi" \
+        'git clone -q v312.bundle /tmp/r312 && timeout 150 qkbench gate --against kernels-3.12 --repo /tmp/r312 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
+        'timeout 150 qkbench gate --against kernels-3.12 --repo /tmp/r312 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
+        "timeout 280 $sweep --protocol prefill --route split --route fused --cache cold --tokens 2048 --tokens 32768 --out \$WORK/prefill-cold-2048-32768.json.gz" ;;
     v312d) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
         'timeout 60 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-dit.toml --route split --device cuda --out $WORK/gate' \
