@@ -131,6 +131,20 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512, **OWN_SIZE},
         "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256, **OWN_SIZE},
     },
+    # Smaller programs with the table made free: on the H200 (results/h200/2026-12-06-v312)
+    # the rows' copy ran 5.6 points faster at 1024 elements a program than at 4096, the fused
+    # kernel 3.4 % slower. Each small size beside itself with every position 0 (one cached
+    # table row) says whether the table rows that more, smaller programs fetch are what it
+    # loses there.
+    "small-cached": {
+        "default": {}, "default-again": {}, "default-positions-0": {POSITIONS: "zero"},
+        "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512, **OWN_SIZE},
+        "e1024-w2-positions-0": {"elems_per_program": 1024, "elems_per_warp": 512,
+                                 **OWN_SIZE, POSITIONS: "zero"},
+        "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512, **OWN_SIZE},
+        "e2048-w4-positions-0": {"elems_per_program": 2048, "elems_per_warp": 512,
+                                 **OWN_SIZE, POSITIONS: "zero"},
+    },
     # Larger programs: on the H200 (l2policy-d60a415-program-warps) every smaller size ran
     # 0.6-26 % slower at (32,8) x 128 and DiT, where the H100 read them level. Programs of
     # 8192 elements in 8 warps (64 registers, 4 a multiprocessor: the default's warps and

@@ -45,7 +45,8 @@
 # `v312a`, `v312e`, and the dit, decode and MRoPE runs of `v312f`/`v312g` ran on 2026-12-06
 # (results/h200/2026-12-06-v312/). Kernels 3.13 (the few-programs cut at 16 programs a
 # multiprocessor) next: `v313a` (3.13 gated against 3.12 at the few-program cells, hot and
-# cold, then the cold prefill cells that call had no time for, T = 2048 and 32768); before
+# cold; smaller programs with and without a free table at T = 8192 and DiT; then the cold
+# prefill cells that call had no time for, T = 2048 and 32768); before
 # it, here: `git tag -f
 # kernels-3.12 611c76c && git bundle create v312.bundle kernels-3.12` and the gate-few.toml
 # above, with v312.bundle the only bundle in the root. `v312d` stays to be run.
@@ -79,6 +80,8 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
     v313a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v312.bundle /tmp/r312 && timeout 150 qkbench gate --against kernels-3.12 --repo /tmp/r312 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.12 --repo /tmp/r312 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
+        "timeout 50 $l2 --arms small-cached --geometries d128-dit --tokens 8192 --out \$WORK/small-cached-hot" \
+        "timeout 50 $l2 --arms small-cached --geometries d128-dit --tokens 8192 --cold --out \$WORK/small-cached-cold" \
         "timeout 280 $sweep --protocol prefill --route split --route fused --cache cold --tokens 2048 --tokens 32768 --out \$WORK/prefill-cold-2048-32768.json.gz" ;;
     v312d) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
