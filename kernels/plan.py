@@ -77,9 +77,10 @@ class Settings:
     # hot and cold at 4.4-9.7 programs a multiprocessor (its bench: 2.4-10.3 % up to 11.6),
     # but regressed hot at 17.5-19.4:
     # (32,8) x 128 T = 2048 +4.2 %, (64,8) x 128 T = 1024 +4.7 % (cold +0.9 / +0.7 %), and
-    # its own bench read the rule 4.1-5.7 % slower there and at 23.3 ((16,8) x 128
-    # T = 4096). So the cut sits between the two (kernels 3.13): on the H100 that gives back
-    # 1.5 % hot at (32,8) x 128 T = 2048 and 3.1 % at (16,2) x 128 T = 4096.
+    # its own bench read the rule 4.1-5.7 % slower at those two and at 23.3 ((16,8) x 128
+    # T = 4096), 1.5 % faster at (8,1) x 128 T = 8192 (17.5). So the cut sits between the
+    # two (kernels 3.13): on the H100 that gives back 1.5 % hot at (32,8) x 128 T = 2048
+    # and, at (16,2) x 128 T = 4096, 3.1 % hot and 4.0 % cold (3.7 % cold on the H200).
     few_programs_per_sm: float = 16
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
