@@ -63,6 +63,13 @@ PROTOTYPE = "prototype"
 # the same one, found in L1 or the L2 (its bits checked against the split route's at those
 # positions): what the table's fetch from memory costs beside the arm as given.
 POSITIONS = "positions"
+# Program sizes of the fused kernel (elements, warps), each in its own size whatever T.
+PROGRAM_SIZES = {
+    "e2048-w2": {"elems_per_program": 2048, **OWN_SIZE},
+    "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512, **OWN_SIZE},
+    "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512, **OWN_SIZE},
+    "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256, **OWN_SIZE},
+}
 ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "k-tiles": {
         "default": {}, "default-again": {},
@@ -124,13 +131,7 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     # program whatever its warps (1, 2 or 4), and 4096 in two or four warps the slowest.
     # The fused kernel's settings: since 3.10 the split route's launches have their own
     # (``norm``, ``rope``), so under ``--route split`` these arms run the default's code.
-    "program-warps": {
-        "default": {}, "default-again": {},
-        "e2048-w2": {"elems_per_program": 2048, **OWN_SIZE},
-        "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512, **OWN_SIZE},
-        "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512, **OWN_SIZE},
-        "e1024-w4": {"elems_per_program": 1024, "elems_per_warp": 256, **OWN_SIZE},
-    },
+    "program-warps": {"default": {}, "default-again": {}, **PROGRAM_SIZES},
     # Smaller programs with the table made free: on the H200 (results/h200/2026-12-06-v312)
     # the rows' copy ran 5.6 points faster at 1024 elements a program than at 4096, the fused
     # kernel 3.4 % slower. Each small size beside itself with every position 0 (one cached
@@ -138,12 +139,9 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     # loses there.
     "small-cached": {
         "default": {}, "default-again": {}, "default-positions-0": {POSITIONS: "zero"},
-        "e1024-w2": {"elems_per_program": 1024, "elems_per_warp": 512, **OWN_SIZE},
-        "e1024-w2-positions-0": {"elems_per_program": 1024, "elems_per_warp": 512,
-                                 **OWN_SIZE, POSITIONS: "zero"},
-        "e2048-w4": {"elems_per_program": 2048, "elems_per_warp": 512, **OWN_SIZE},
-        "e2048-w4-positions-0": {"elems_per_program": 2048, "elems_per_warp": 512,
-                                 **OWN_SIZE, POSITIONS: "zero"},
+        **{f"{size}{suffix}": {**PROGRAM_SIZES[size], **extra}
+           for size in ("e1024-w2", "e2048-w4")
+           for suffix, extra in (("", {}), ("-positions-0", {POSITIONS: "zero"}))},
     },
     # Larger programs: on the H200 (l2policy-d60a415-program-warps) every smaller size ran
     # 0.6-26 % slower at (32,8) x 128 and DiT, where the H100 read them level. Programs of

@@ -46,10 +46,9 @@
 # (results/h200/2026-12-06-v312/). Kernels 3.13 (the few-programs cut at 16 programs a
 # multiprocessor) next: `v313a` (3.13 gated against 3.12 at the few-program cells, hot and
 # cold; smaller programs with and without a free table at T = 8192 and DiT; then the cold
-# prefill cells that call had no time for, T = 2048 and 32768); before
-# it, here: `git tag -f
-# kernels-3.12 611c76c && git bundle create v312.bundle kernels-3.12` and the gate-few.toml
-# above, with v312.bundle the only bundle in the root. `v312d` stays to be run.
+# prefill cells that call had no time for, T = 2048 and 32768); before it, here: `git tag
+# -f kernels-3.12 611c76c && git bundle create v312.bundle kernels-3.12` and the
+# gate-few.toml above, with v312.bundle the only bundle in the root. `v312d` stays to be run.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"

@@ -149,14 +149,21 @@ def summary(label: str, row: dict[str, str], units: dict[str, str], model_bytes:
                        for m in ("sm__cycles_active.avg", "sm__cycles_elapsed.avg"))
     if active is not None and elapsed:
         out["sm busy %"] = 100 * active / elapsed
-    stalls = {c[len(STALL_PREFIX):-len(STALL_SUFFIX)]: number(v) for c, v in row.items()
-              if c.startswith(STALL_PREFIX) and c.endswith(STALL_SUFFIX)
-              and c[len(STALL_PREFIX):-len(STALL_SUFFIX)] not in NOT_STALLS
-              and number(v) is not None}
+    counted = ((stall_reason(c), number(v)) for c, v in row.items())
+    stalls = {reason: x for reason, x in counted if reason is not None and x is not None}
     total = sum(stalls.values())
     largest = sorted(stalls.items(), key=lambda kv: -kv[1])[:5]
     out["stall %"] = {k: 100 * v / total for k, v in largest} if total else {}
     return out
+
+
+def stall_reason(column: str) -> str | None:
+    """The stall reason a raw-page column counts, None for any other column (the issuing
+    warp's included)."""
+    if not (column.startswith(STALL_PREFIX) and column.endswith(STALL_SUFFIX)):
+        return None
+    reason = column[len(STALL_PREFIX):-len(STALL_SUFFIX)]
+    return None if reason in NOT_STALLS else reason
 
 
 def read_report(report: Path) -> list[dict]:

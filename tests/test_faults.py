@@ -68,6 +68,20 @@ def child_env(**extra: str) -> dict:
     return env
 
 
+@contextlib.contextmanager
+def managing_workers(**env: str):
+    """This process set up as the manager of a sweep in worker processes: the fixtures'
+    routes importable here and in the workers, ``env`` set, and the interpreter setting
+    kept out of this process (``--device cpu`` sets it for its workers)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
+        mp.syspath_prepend(str(FIXTURES))
+        mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+        for name, value in env.items():
+            mp.setenv(name, value)
+        yield mp
+
+
 def spawn_cli(args: list[str], **env: str) -> subprocess.Popen:
     """``qkbench ARGS`` as a process of its own (a manager this test can kill)."""
     return subprocess.Popen([sys.executable, "-c", "from qkbench.cli import app; app()", *args],
@@ -345,12 +359,8 @@ def timed_out(tmp_path_factory):
     countdown = tmp / "hang"
     countdown.write_text("0")
     out = tmp / "out" / "run.json"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
-        mp.setenv(HANG, str(countdown))
-        mp.syspath_prepend(str(FIXTURES))
+    with managing_workers(**{HANG: str(countdown)}) as mp:
         mp.setattr(tempfile, "tempdir", str(scratch))
-        mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
         result = CliRunner().invoke(app, ["sweep", *HANGING, "--pass-timeout", str(TIMEOUT_S),
                                           "--out", str(out)])
     return SimpleNamespace(result=result, run=archives.read(out), out=out, scratch=scratch)
@@ -398,11 +408,7 @@ def swept_in_workers(tmp_path_factory) -> SimpleNamespace:
     primary pass is seen to finish well inside its timeout."""
     tmp = tmp_path_factory.mktemp("workers")
     out, helpers = tmp / "run.json", tmp / "helpers"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
-        mp.setenv("QKBENCH_TEST_HELPERS", str(helpers))
-        mp.syspath_prepend(str(FIXTURES))
-        mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+    with managing_workers(QKBENCH_TEST_HELPERS=str(helpers)):
         start = time.monotonic()
         result = CliRunner().invoke(app, [
             "sweep", "--protocol", str(QUICK), "--device", "cpu", "--isolation", "process",

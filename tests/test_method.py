@@ -79,12 +79,12 @@ def test_passes_rotate_through_all_six_arm_orders(measure):
 
 def test_every_comparison_times_a_baseline_a_candidate_and_the_baseline_again(measure):
     archive = measure(effect=0.10)
+    baseline, candidate = ROUTES
     for p in archive["passes"]:
         for case in p["cases"]:
             (comp,) = case["comparisons"]
             arms = {a["label"]: a for a in comp["arms"]}
             assert [a["label"] for a in comp["arms"]] == p["order"]
-            baseline, candidate = ROUTES
             assert (arms["A"]["route"], arms["B"]["route"], arms["A'"]["route"]) == (
                 baseline, candidate, baseline)
             assert all(len(a["samples"]) == 30 for a in comp["arms"])
