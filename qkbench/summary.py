@@ -136,8 +136,12 @@ def _slot(slot: int, attempts: list[tuple], pair: tuple[str, str], timing: dict,
         if comp is None:
             failed += 1
         elif comp["status"] != "ok":
-            invalid.append({"pass": p["index"], "routes": comp.get("invalid_routes", []),
-                            "unsupported": bool(comp.get("unsupported"))})
+            routes = comp.get("invalid_routes", [])
+            # Unsupported only when every failing route declared it so: a wrong route beside
+            # an unsupported one is still a wrong route.
+            invalid.append({"pass": p["index"], "routes": routes,
+                            "unsupported": bool(routes) and all(
+                                r in comp.get("unsupported", {}) for r in routes)})
         else:
             row = _row(p, case_result, comp, timing)
             rows.append(row)

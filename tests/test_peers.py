@@ -15,8 +15,10 @@ from qkbench import peers, report, runner
 from qkbench.audit import audit
 from qkbench.case import Case, Geometry, make_inputs
 from qkbench.errors import RouteError
+from qkbench.gate import regressions
 from qkbench.protocol import load
 from qkbench.routes import NotSupported, Route, resolve
+from qkbench.summary import summarize
 from qkbench.verify import verify
 
 from conftest import gpu_only, interpreter_only
@@ -228,6 +230,22 @@ def test_the_report_shows_n_s_not_an_error_for_an_unsupported_case(unsupported_r
 @interpreter_only
 def test_an_archive_with_unsupported_cases_audits_clean(unsupported_run):
     assert audit(unsupported_run) == []
+
+
+def test_a_wrong_route_is_not_hidden_by_the_other_declaring_the_case_unsupported(tmp_path):
+    out = tmp_path / "run.json.gz"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(FIXTURES))
+        protocol = load("smoke").with_overrides(
+            routes=["fake_routes:wrong_at_one_token", "fake_routes:unsupported_at_one_token"],
+            samples=2, warmup=0, isolation="inprocess")
+        runner.sweep(protocol, torch.device("cpu"), out)
+    run = archives.read(out)
+    verdicts = {c["tokens"]: c["effect"]["verdict"]
+                for c in summarize(run)["comparisons"][0]["cases"]}
+    assert verdicts[1] == "invalid route"
+    assert [c.result for c in regressions(summarize(run), 0.02) if c.tokens == 1] == [
+        "inconclusive"]
 
 
 def test_a_route_may_raise_not_supported_itself():
