@@ -100,6 +100,9 @@ def check_pair(aa: dict, planted: dict) -> None:
         raise QkbenchError(f"--aa and --planted-run were timed differently ({differ}): give "
                            "the two archives of one calibration")
     for option, archive in (("--aa", aa), ("--planted-run", planted)):
+        if archive["status"] != "complete":
+            raise QkbenchError(f"{option}: the run is unfinished (status {archive['status']}): "
+                               "finish it with qkbench sweep --resume first")
         if not current(archive):
             raise QkbenchError(f"{option}: the run has no summary yet: no pass has finished")
 
@@ -170,8 +173,8 @@ def summary_line(result: dict) -> str:
 def failures(result: dict) -> list[str]:
     """Why a calibration does not prove the method here (none: it does). A false verdict
     or a planted effect with the wrong sign is an error; so is a planted effect larger than
-    its cell's width, estimated and still unresolved, and an A/A run with no cell judged,
-    which proves nothing."""
+    its cell's width, estimated and still unresolved, and an A/A or planted run with no
+    cell judged, which proves nothing."""
     reasons = []
     if result["false_verdicts"]:
         reasons.append(f"{result['false_verdicts']} false verdicts")
@@ -182,4 +185,6 @@ def failures(result: dict) -> list[str]:
                        "left unresolved")
     if not result["aa_cells"]:
         reasons.append("no A/A cell had an estimate, so none could be judged")
+    if result["planted_cells"] == result["planted_unjudged"]:
+        reasons.append("no planted cell had an estimate, so none could be resolved")
     return reasons

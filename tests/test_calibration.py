@@ -16,6 +16,7 @@ from qkbench.protocol import parse
 from qkbench.summary import current
 
 from conftest import interpreter_only
+from helpers import reseal
 from synthetic import ROUTES, synthetic_sweep, tiny_protocol
 
 pytestmark = interpreter_only
@@ -159,7 +160,26 @@ def test_a_machine_on_which_every_cell_is_unstable_fails_calibration_proving_not
     assert_one_error(result, f"calibrate {ROUTE}: false verdicts 0/0, planted effects resolved "
                      "0/4 (0/0 of those larger than their cell's width); cells without an "
                      "estimate: 2 A/A, 4 planted: no A/A cell had an estimate, so none could "
-                     "be judged")
+                     "be judged; no planted cell had an estimate, so none could be resolved")
+
+
+def test_a_planted_run_with_no_cell_estimated_fails_calibration_proving_nothing(
+        unbiased, tmp_path):
+    planted = synthetic_sweep(calibration.protocols(parse(PROTOCOL), ROUTE, EVERY)["planted"],
+                              tmp_path / "planted.json.gz",
+                              order_null_bias={("B", "A", "A'"): 0.03})
+    assert_one_error(report_from(tmp_path, unbiased["aa"], planted),
+                     f"calibrate {ROUTE}: false verdicts 0/2, planted effects resolved 0/4 "
+                     "(0/4 of those larger than their cell's width); cells without an "
+                     "estimate: 4 planted: no planted cell had an estimate, so none could be "
+                     "resolved")
+
+
+def test_an_unfinished_run_is_refused_naming_it(unbiased, tmp_path):
+    unfinished = reseal({**copy.deepcopy(unbiased["planted"]), "status": "running"})
+    assert_one_error(report_from(tmp_path, unbiased["aa"], unfinished),
+                     "--planted-run: the run is unfinished (status running): finish it with "
+                     "qkbench sweep --resume first")
 
 
 def test_a_planted_effect_beyond_the_width_estimated_and_unresolved_is_a_failure(
