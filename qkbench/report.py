@@ -279,7 +279,7 @@ def no_verdict_line(archive: dict) -> str | None:
     (nothing measured), so nothing it measured can be read; None otherwise."""
     if archive["status"] != "complete":
         return None
-    cells = [c["effect"]["verdict"] for comp in archive["summary"]["comparisons"]
+    cells = [c["effect"]["verdict"] for comp in (current(archive) or {}).get("comparisons", [])
              for c in comp["cases"]]
     verdicts = [v for v in cells if v != NOT_SUPPORTED]
     if cells and not verdicts:

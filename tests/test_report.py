@@ -1,6 +1,7 @@
 """What a reader sees: tables that never cut a name or a number at 80 or 120 columns, and
 the plots (PNGs written, readable, not blank, one per expected picture)."""
 
+import json
 import re
 from io import StringIO
 from pathlib import Path
@@ -216,6 +217,23 @@ def test_report_says_nothing_of_a_stop_while_the_run_holds_its_lock(one_pass, tm
         result = CliRunner().invoke(app, ["report", str(path)])
     assert result.exit_code == 0, result.output
     assert "note:" not in result.stderr
+
+
+@pytest.mark.parametrize("stored", ["every cell unstable", "none"])
+def test_report_and_crossover_never_read_the_stored_summary(smoke_archive, tmp_path, stored):
+    edited = json.loads(json.dumps(smoke_archive))
+    if stored == "none":
+        edited["summary"] = {}
+    else:
+        for comp in edited["summary"]["comparisons"]:
+            for cell in comp["cases"]:
+                cell["effect"]["verdict"] = "unstable"
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(edited))
+    for command in ("report", "crossover"):
+        result = CliRunner().invoke(app, [command, str(path)])
+        assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+        assert "no cell got a verdict" not in result.output
 
 
 def test_report_of_a_run_with_no_finished_pass_says_so(smoke_archive):
