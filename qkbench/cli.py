@@ -16,12 +16,14 @@ from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
 from qkbench.options import cells, overridden, refuse_given, timing
+from qkbench.stdout import Stdout
 
+STDOUT = Stdout()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"show_default": True},
                   help="Null-arm microbenchmarks of fused QK RMSNorm + RoPE.")
 # Not a terminal: plain text, and wide enough that tables are not squeezed.
-out = Console(width=None if sys.stdout.isatty() else 220)
+out = Console(file=STDOUT, width=None if sys.stdout.isatty() else 220)
 err = Console(stderr=True)
 
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present, else CPU), cuda, cpu")]
@@ -414,10 +416,11 @@ def report_cmd(
         if format == "rich":
             out.print(report.as_rich(run, wide=wide), soft_wrap=not out.is_terminal)
         elif format == "markdown":
-            typer.echo(report.as_markdown(run), nl=False)
+            STDOUT.write(report.as_markdown(run))
         else:
-            typer.echo(json.dumps({"header": report.header(run), "summary": current(run)},
-                                  indent=1))
+            STDOUT.write(json.dumps({"header": report.header(run), "summary": current(run)},
+                                    indent=1) + "\n")
+        STDOUT.flush()
         if plot is not None:
             from qkbench.plots import archive_stem
             from qkbench.plots import plot as draw
@@ -642,7 +645,8 @@ def export(
             raise QkbenchError("export needs a format: --csv")
         run = read_checked(archive)
         if out_file is None:
-            write_csv(run, sys.stdout)
+            write_csv(run, STDOUT)
+            STDOUT.flush()
             return
         try:
             with open(out_file, "x", newline="") as f:

@@ -176,6 +176,10 @@ def gate(
             outcome, measure = _across(baseline, candidate, tol, max_inconclusive, absolute,
                                        allow_mismatch)
         _write_reports(outcome, measure, junit, markdown)
+        from qkbench.gate_output import as_rich
+
+        # Inside the try: output that cannot be written is exit 2, never read as a regression.
+        out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
     except QkbenchError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(USAGE) from None
@@ -184,9 +188,6 @@ def gate(
                   "archive named above, if any (the ref's export is removed)",
                   highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
-    from qkbench.gate_output import as_rich
-
-    out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
     raise typer.Exit(outcome.exit_code)
 
 

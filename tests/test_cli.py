@@ -772,3 +772,20 @@ def test_python_m_qkbench_is_the_qkbench_command():
         assert done.returncode == 1, (module, done.stdout, done.stderr)
         assert "/nonexistent.json" in done.stderr
 
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize(("command", "code"), [("report", 1), ("export --csv", 1),
+                                               ("gate", 2)])
+def test_output_refused_by_a_full_disk_is_one_line_and_gate_never_reads_it_as_a_regression(
+        smoke_sweep, command, code):
+    import sys
+
+    path, _ = smoke_sweep
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "qkbench", *command.split(), str(path)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: standard output: No space left on device; the output is incomplete")
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

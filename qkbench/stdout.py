@@ -1,0 +1,53 @@
+"""Standard output as the CLI writes it: whatever ``sys.stdout`` is when written (a test
+runner swaps it), and a write the system refuses (a full disk, a reader that went away)
+raised as ``OutputError``, which the CLI reports in one line like any user error."""
+
+import os
+import sys
+
+from qkbench.errors import QkbenchError
+
+
+class OutputError(QkbenchError):
+    """Standard output refused a write."""
+
+
+class Stdout:
+    """A text stream over the current ``sys.stdout`` (what rich's Console and the CSV writer
+    write to)."""
+
+    def write(self, text: str) -> int:
+        return _guarded(lambda: sys.stdout.write(text))
+
+    def flush(self) -> None:
+        _guarded(sys.stdout.flush)
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+
+def _guarded(call):
+    try:
+        return call()
+    except OSError as e:
+        _discard_the_rest()
+        raise OutputError(f"standard output: {e.strerror or e}; the output is incomplete") \
+            from None
+
+
+def _discard_the_rest() -> None:
+    # What could not be written stays in the stream's buffer, and the interpreter would try
+    # again at exit and print a traceback of its own: point the descriptor at /dev/null (the
+    # remedy Python's documentation gives for SIGPIPE). A stream with no descriptor (a test
+    # runner's) has nothing to flush at exit.
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
