@@ -44,7 +44,7 @@ from qkbench.lock import ArchiveLock, alive
 from qkbench.protocol import Protocol, as_recorded, rebuild
 from qkbench.routes import resolve
 from qkbench.schedule import order_of
-from qkbench.summary import open_slots, summarize
+from qkbench.summary import MALFORMED, open_slots, summarize
 from qkbench.verify import status_word
 from qkbench.worker import PROGRESS, pass_header
 
@@ -433,7 +433,12 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             result = archives.as_stored(result)
             result["digest"] = archives.pass_digest(result, key)
             run["passes"] = sorted([*run["passes"], result], key=lambda p: p["index"])
-            run["summary"] = summarize(run)
+            try:
+                run["summary"] = summarize(run)
+            except MALFORMED as e:
+                save()  # the pass is kept as measured, for audit and report to name
+                raise ArchiveError(f"{out}: pass {result['index']} cannot be summarised ({e}); "
+                                   "it is kept in the archive") from None
             save()
             events.pass_result(result)
             events.pass_finished(job["index"], result["status"])

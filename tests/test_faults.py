@@ -623,3 +623,20 @@ def test_audit_catches_passes_that_ran_other_code_without_leave(changed_tree):
     assert problems[0].startswith("resume 1: ran other code than the run started with (git "
                                   "commit ")
     assert problems[0].endswith("without --allow-code-change")
+
+
+def test_a_pass_with_a_sample_no_clock_gives_is_kept_and_the_sweep_stops_naming_it(tmp_path):
+    from synthetic import SyntheticBackend, synthetic_sweep, tiny_protocol
+
+    class ZeroInPassOne(SyntheticBackend):
+        def run(self, arms, sequence, sync_after):
+            timed = super().run(arms, sequence, sync_after)
+            if self.pass_index == 1:
+                timed.seconds[-1] = 0.0  # a sample (the first are warm-ups)
+            return timed
+
+    out = tmp_path / "run.json.gz"
+    with pytest.raises(ArchiveError, match=f"{out}: pass 1 cannot be summarised .*not a "
+                       "positive finite time.*; it is kept in the archive"):
+        synthetic_sweep(tiny_protocol(), out, ZeroInPassOne())
+    assert [p["index"] for p in archives.read(out)["passes"]] == [0, 1]
