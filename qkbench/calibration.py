@@ -7,7 +7,7 @@ launches, ``NAME+1/N``: +1/N of its own work), where each planted effect must be
 resolved slower. ``summarize`` reads both archives' summaries; nothing here prints.
 """
 
-from qkbench import routes
+from qkbench import env, routes
 from qkbench.errors import ProtocolError, QkbenchError, RouteError
 from qkbench.protocol import Protocol, measuring_timing
 from qkbench.summary import current
@@ -84,7 +84,7 @@ def _route_of(kind: str, archive: dict) -> str:
 
 def check_pair(aa: dict, planted: dict) -> None:
     """Refuse two archives that are not one calibration's A/A and planted runs: of one
-    route, protocol text and set of cells, each with a summary."""
+    route, protocol text, set of cells, timing and machine, each finished."""
     route, planted_route = _route_of("aa", aa), _route_of("planted", planted)
     if route != planted_route:
         raise QkbenchError(f"--aa calibrates {route} and --planted-run {planted_route}: give "
@@ -99,6 +99,11 @@ def check_pair(aa: dict, planted: dict) -> None:
         differ = ", ".join(f"{k} {ta[k]} against {tb[k]}" for k in ta if ta[k] != tb[k])
         raise QkbenchError(f"--aa and --planted-run were timed differently ({differ}): give "
                            "the two archives of one calibration")
+    ma, mb = env.machine(aa["environment"]), env.machine(planted["environment"])
+    if ma != mb:
+        differ = ", ".join(f"{k} {ma[k]} against {mb[k]}" for k in ma if ma[k] != mb[k])
+        raise QkbenchError(f"--aa and --planted-run ran on different machines ({differ}): "
+                           "give the two archives of one calibration")
     for option, archive in (("--aa", aa), ("--planted-run", planted)):
         if archive["status"] != "complete":
             raise QkbenchError(f"{option}: the run is unfinished (status {archive['status']}): "

@@ -210,3 +210,12 @@ def test_a_run_option_with_archives_is_refused_not_ignored(unbiased, tmp_path):
                                  "--passes", "12"),
                      "--passes, --tokens go only with a run, not with --aa and --planted-run "
                      "(which report from archives)")
+
+
+def test_runs_of_two_machines_are_not_one_calibration(unbiased, tmp_path):
+    elsewhere = copy.deepcopy(unbiased["planted"])
+    elsewhere["environment"]["torch"] = "2.0.0"
+    assert_one_error(report_from(tmp_path, unbiased["aa"], reseal(elsewhere)),
+                     "--aa and --planted-run ran on different machines (torch "
+                     f"{unbiased['aa']['environment']['torch']} against 2.0.0): give the two "
+                     "archives of one calibration")
