@@ -231,7 +231,7 @@ _HEADER = {
 
 def _names(types: tuple) -> str:
     json_names = {"str": "a string", "dict": "an object", "list": "an array", "int": "a number",
-                  "float": "a number", "NoneType": "null"}
+                  "float": "a number", "NoneType": "null", "bool": "true or false"}
     return " or ".join(dict.fromkeys(json_names[t.__name__] for t in types))
 
 
@@ -272,3 +272,54 @@ def _check_shape(path: Path, data: dict) -> None:
                for p in data["passes"]):
         raise ArchiveError(f"{path}: malformed archive: every entry of 'passes' must be an "
                            "object with a 'status'")
+    _check_parts(path, data, _PARTS)
+
+
+class _OrNull:
+    """A part that may also be null."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+
+
+# What report, export, audit and the gate read of an archive's parts besides its header
+# (``_HEADER``) and what its summary is recomputed from (``summary.current`` checks that): a
+# dict is an object of these keys (one ending in "?" may be absent, "*" stands for any key),
+# a list an array of its one item, a tuple the types a value may have.
+_HASHES = {"*": (str,)}
+_CODE = {"commit?": _TEXT, "kernels_sha256?": _OrNull(_HASHES),
+         "harness_sha256?": _OrNull(_HASHES)}
+_PARTS = {
+    "protocol": {"resolved": {"routes": [(str,)]}},
+    "environment": {"kernels_sha256?": _OrNull(_HASHES), "harness_sha256?": _OrNull(_HASHES)},
+    "resumed?": [{"code?": _CODE}],
+    "passes": [{"index": (int,), "code?": _CODE,
+                "limits?": _OrNull({"copy": {"bytes": (int,), "gbps": _NUMBER},
+                                    "launch_floor": {"*": {"median_s": _NUMBER}}}),
+                "cases?": [{"key": (str,), "verification?": {"*": {"ok": (bool,)}},
+                            "comparisons?": [{"arms?": [{"label": (str,), "route": (str,),
+                                                         "samples": [_NUMBER]}]}]}]}],
+}
+
+
+def _check_parts(path: Path, value, spec, where: str = "") -> None:
+    if isinstance(spec, _OrNull):
+        if value is not None:
+            _check_parts(path, value, spec.spec, where)
+        return
+    types = (dict,) if isinstance(spec, dict) else (list,) if isinstance(spec, list) else spec
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        want = _names(types)
+        raise ArchiveError(f"{path}: malformed archive: '{where}' must be {want}, got "
+                           f"{type(value).__name__}")
+    if isinstance(spec, list):
+        for i, item in enumerate(value):
+            _check_parts(path, item, spec[0], f"{where}[{i}]")
+    elif isinstance(spec, dict):
+        for key, part in spec.items():
+            name = key.rstrip("?")
+            found = value.keys() if name == "*" else [name] if name in value else []
+            if not found and not key.endswith("?") and name != "*":
+                raise ArchiveError(f"{path}: malformed archive: '{where}.{name}' is missing")
+            for k in found:
+                _check_parts(path, value[k], part, f"{where}.{k}".lstrip("."))

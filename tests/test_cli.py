@@ -16,7 +16,7 @@ import qkbench
 from qkbench.cli import app, archive_path
 
 from conftest import interpreter_only, pythonpath_with
-from helpers import from_a_shell_without_the_interpreter_set
+from helpers import from_a_shell_without_the_interpreter_set, reseal
 
 VALID = """
 name = "tiny"
@@ -760,6 +760,40 @@ def test_an_archive_with_a_header_value_of_the_wrong_type_fails_in_one_line(
     path.write_text(json.dumps(edited))
     assert_one_error_line(invoke("report", str(path)),
                           "malformed archive: 'environment.code' must be an object, got str")
+
+
+@pytest.mark.parametrize(("command", "code"), [("report", 1), ("audit", 1), ("crossover", 1),
+                                               ("export --csv", 1), ("gate", 2)])
+@pytest.mark.parametrize(("part", "value", "reason"), [
+    ("protocol.resolved.routes.0", None, "'protocol.resolved.routes[0]' must be a string, "
+     "got NoneType"),
+    ("environment.kernels_sha256", -1, "'environment.kernels_sha256' must be an object, got int"),
+    ("passes.0.code", "abc", "'passes[0].code' must be an object, got str"),
+    ("passes.0.limits.copy.bytes", None, "'passes[0].limits.copy.bytes' must be a number, "
+     "got NoneType"),
+    ("passes.0.cases.0.verification.split", None,
+     "'passes[0].cases[0].verification.split' must be an object, got NoneType"),
+    ("passes.0.cases.0.verification.split.ok", "yes",
+     "'passes[0].cases[0].verification.split.ok' must be true or false, got str"),
+    ("passes.0.cases.0.comparisons.0.arms.0.route", ..., "'passes[0].cases[0].comparisons[0]."
+     "arms[0].route' is missing"),
+])
+def test_an_archive_edited_and_resealed_into_a_bad_shape_fails_in_one_line(
+        smoke_archive, tmp_path, command, code, part, value, reason):
+    edited = json.loads(json.dumps(smoke_archive))
+    *parents, key = [int(k) if k.isdigit() else k for k in part.split(".")]
+    table = edited
+    for parent in parents:
+        table = table[parent]
+    if value is ...:
+        del table[key]
+    else:
+        table[key] = value
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(reseal(edited)))
+    result = invoke(*command.split(), str(path))
+    assert result.exit_code == code and "Traceback" not in result.output, result.output
+    assert result.stderr.strip().splitlines() == [f"error: {path}: malformed archive: {reason}"]
 
 
 def test_python_m_qkbench_is_the_qkbench_command():
