@@ -554,7 +554,7 @@ def test_a_resume_of_an_archive_whose_header_was_damaged_fails_in_one_line(one_p
     from qkbench import archive
 
     run = archive.read(one_pass)
-    run["protocol"]["resolved"]["routes"] = [1, 2]  # not resealed: a bad copy, a hand edit
+    run["protocol"]["resolved"]["routes"] = ["split", "eager"]  # not resealed: a hand edit
     out = tmp_path / "run.json"
     out.write_text(json.dumps(run))
     result = invoke("sweep", "--resume", "--out", str(out))
