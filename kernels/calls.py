@@ -60,14 +60,15 @@ class Resolved:
 
 def call_key(op: str, tensors: Sequence[object], options: tuple) -> tuple | None:
     """The cache key of a call (``tensors[0]`` the tensor it runs on), or None where it
-    cannot be formed: a call with a non-tensor is validated afresh, and raises there."""
+    cannot be formed: a call with a non-tensor (or a nested or sparse one) is validated
+    afresh, and raises there."""
     # Every call builds it: appended per tensor, the options kept as one tuple, rather
     # than one flat tuple spliced from a comprehension.
     try:
         key = [op, options, tuple(map(type, options)), tensors[0].is_cuda or interpreting()]
         for x in tensors:
             key.append(None if x is None else (x.shape, x.stride(), x.dtype, x.device))
-    except AttributeError:
+    except (AttributeError, RuntimeError):  # not a tensor, or one without strides
         return None
     return tuple(key)
 

@@ -28,12 +28,16 @@ def interpreting() -> bool:
 def check_tensor(name: str, x: object) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided or x.is_nested:
+        kind = "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
+        raise TypeError(f"{name} must be a dense (strided) tensor, got a {kind} one")
     return x
 
 
-def check_device(name: str, x: torch.Tensor, device: torch.device) -> None:
+def check_device(name: str, x: torch.Tensor, device: torch.device, like: str = "q") -> None:
+    """``like``: the argument whose device every other must share."""
     if x.device != device:
-        raise ValueError(f"{name} is on {x.device}, expected {device} (the device of q)")
+        raise ValueError(f"{name} is on {x.device}, expected {device} (the device of {like})")
 
 
 def check_launchable(name: str, x: torch.Tensor) -> None:
@@ -49,13 +53,15 @@ def check_head_dim(name: str, D: int) -> None:
         raise ValueError(f"{name} must be even and in [2, {MAX_HEAD_DIM}], got {D}")
 
 
-def as_rows(name: str, x: object, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``x: [..., H, D]`` as a ``[T, H, D]`` view (no copy), the token dims merged."""
+def as_rows(name: str, x: object, dtype: torch.dtype | None = None, like: str = "q"
+            ) -> torch.Tensor:
+    """``x: [..., H, D]`` as a ``[T, H, D]`` view (no copy), the token dims merged; of
+    ``dtype`` where given (``like``'s)."""
     x = check_tensor(name, x)
     if x.dtype not in DTYPES:
         raise TypeError(f"{name}.dtype must be one of bfloat16, float16, float32; got {x.dtype}")
     if dtype is not None and x.dtype != dtype:
-        raise TypeError(f"{name}.dtype ({x.dtype}) must equal q.dtype ({dtype})")
+        raise TypeError(f"{name}.dtype ({x.dtype}) must equal {like}.dtype ({dtype})")
     if x.dim() < 3:
         raise ValueError(f"{name} must be [..., H, D] with at least one token dim, "
                          f"got shape {tuple(x.shape)}")
@@ -74,7 +80,8 @@ def as_rows(name: str, x: object, dtype: torch.dtype | None = None) -> torch.Ten
         ) from None
 
 
-def check_weight(name: str, w: object, D: int, device: torch.device) -> torch.Tensor:
+def check_weight(name: str, w: object, D: int, device: torch.device, like: str = "q"
+                 ) -> torch.Tensor:
     w = check_tensor(name, w)
     if w.dtype not in DTYPES:
         raise TypeError(f"{name}.dtype must be one of bfloat16, float16, float32; got {w.dtype}")
@@ -82,7 +89,7 @@ def check_weight(name: str, w: object, D: int, device: torch.device) -> torch.Te
         raise ValueError(f"{name}.shape {tuple(w.shape)} must be ({D},), the head_dim")
     if w.stride(0) != 1:
         raise ValueError(f"{name} must be contiguous, got stride {w.stride(0)}")
-    check_device(name, w, device)
+    check_device(name, w, device, like)
     return w
 
 
@@ -127,14 +134,15 @@ def check_no_grad(names: Sequence[str], tensors: Sequence) -> None:
                                  f"torch.inference_mode(), or pass {name}.detach()")
 
 
-def out_rows(name: str, out: object, like: torch.Tensor) -> torch.Tensor:
-    """The ``[T, H, D]`` view of an output buffer that must match ``like``'s shape and dtype
-    (and, being written, must not repeat its memory)."""
+def out_rows(name: str, out: object, like: torch.Tensor, like_name: str) -> torch.Tensor:
+    """The ``[T, H, D]`` view of an output buffer that must match the shape and dtype of
+    ``like`` (the argument ``like_name``), and, being written, must not repeat its memory."""
     out = check_tensor(name, out)
     if out.shape != like.shape:
-        raise ValueError(f"{name}.shape {tuple(out.shape)} must equal {tuple(like.shape)}")
-    check_device(name, out, like.device)
-    rows = as_rows(name, out, like.dtype)
+        raise ValueError(f"{name}.shape {tuple(out.shape)} must equal {like_name}.shape "
+                         f"{tuple(like.shape)}")
+    check_device(name, out, like.device, like_name)
+    rows = as_rows(name, out, like.dtype, like_name)
     check_no_broadcast(name, rows)
     return rows
 
@@ -205,9 +213,13 @@ def check_no_broadcast(name: str, rows: torch.Tensor) -> None:
 
 
 def check_flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
+    if isinstance(value, bool):
+        return value
+    # numpy's bool is no subclass of bool, but holds one (as its ints are taken as ints).
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {kind.__name__}")
 
 
 def check_apart(names: Sequence[str], tensors: Sequence, outputs: Sequence[tuple[int, int]]
@@ -313,8 +325,8 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
     else:
         q_res = torch.empty_like(q) if q_out is None else q_out
         k_res = torch.empty_like(k) if k_out is None else k_out
-        qo_rows = out_rows("q_out", q_res, q)
-        ko_rows = out_rows("k_out", k_res, k)
+        qo_rows = out_rows("q_out", q_res, q, "q")
+        ko_rows = out_rows("k_out", k_res, k, "k")
     return RopeCall(q_rows, k_rows, qo_rows, ko_rows, pos, cache, amap, rotary_dim,
                     style == "neox")
 

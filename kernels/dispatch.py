@@ -41,6 +41,8 @@ ROUTES = ("split", "fused")
 # layout aside (in place or not, packed, batch).
 MATCH_KEYS = ("heads_q", "heads_k", "head_dim", "rotary_dim", "dtype", "style",
               "weight_mode", "mrope_section", "mrope_layout")
+# The layout keys a table's shapes also record, which calls are not matched on.
+LAYOUT_KEYS = ("inplace", "packed", "batch")
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,26 @@ def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = Non
     return key, tokens
 
 
+def _entry(e: dict) -> Entry:
+    """One geometry of a table as read, refused where a call would be misrouted by it: a
+    shape key that is neither matched on nor a layout key (a misspelt one would leave its
+    key unmatched: any value), a bound that is not a whole number of tokens, a censored
+    flag that is not true or false."""
+    shape = dict(e["shape"])
+    unknown = [k for k in shape if k not in MATCH_KEYS + LAYOUT_KEYS]
+    if unknown:
+        raise ValueError(f"geometry {e['geometry']!r}: unknown shape keys {', '.join(unknown)} "
+                       f"(a shape has {', '.join(MATCH_KEYS + LAYOUT_KEYS)})")
+    bound = e["fused_through"]
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
+        raise TypeError(f"geometry {e['geometry']!r}: fused_through must be a whole number "
+                        f"of tokens or null, got {bound!r}")
+    if not isinstance(e["censored"], bool):
+        raise TypeError(f"geometry {e['geometry']!r}: censored must be true or false, got "
+                        f"{e['censored']!r}")
+    return Entry(e["geometry"], shape, bound, e["censored"])
+
+
 class DispatchTable:
     """A loaded dispatch table: ``route(q, k, **options)`` says "fused" or "split"."""
 
@@ -109,8 +131,7 @@ class DispatchTable:
             raise ValueError(f"a dispatch table must compare split (baseline) with fused "
                              f"(candidate), this one compares {routes[0]} with {routes[1]}")
         try:
-            self.entries = [Entry(e["geometry"], dict(e["shape"]), e["fused_through"],
-                                  bool(e["censored"])) for e in data["geometries"]]
+            self.entries = [_entry(e) for e in data["geometries"]]
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a dispatch table: its geometries are malformed "
                              f"({type(e).__name__}: {e})") from None

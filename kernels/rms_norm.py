@@ -85,10 +85,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
     def build() -> tuple[KernelLaunch, ...]:
         rows = as_rows("x", x)
         check_launchable("x", x)
-        check_weight("weight", weight, x.shape[-1], x.device)
+        check_weight("weight", weight, x.shape[-1], x.device, "x")
         check_choice("weight_mode", weight_mode, WEIGHT_MODES)
         norm_eps = check_eps(eps)
-        y = out_rows("out", torch.empty_like(x) if out is None else out, x)
+        y = out_rows("out", torch.empty_like(x) if out is None else out, x, "x")
         T, H, D = rows.shape
         plan = norm_plan(T, H, D, x.device, x.element_size())
         return nonempty(norm_launch(rows, y, norm_eps, weight_mode == "offset", (0, 1, 2),

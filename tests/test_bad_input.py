@@ -23,6 +23,12 @@ def _mrope(inputs):
 # (id, overrides from the inputs, error type, message pattern)
 BAD = [
     ("q-not-a-tensor", lambda i: {"q": [1.0]}, TypeError, r"q must be a torch.Tensor"),
+    ("q-nested", lambda i: {"q": torch.nested.nested_tensor([i.q[:2], i.q[2:3]])}, TypeError,
+     r"q must be a dense \(strided\) tensor, got a nested one"),
+    ("k-sparse", lambda i: {"k": i.k.to_sparse()}, TypeError,
+     r"k must be a dense \(strided\) tensor, got a sparse_coo one"),
+    ("weight-sparse-csr", lambda i: {"q_weight": i.q_weight[None].to_sparse_csr()}, TypeError,
+     r"q_weight must be a dense \(strided\) tensor, got a sparse_csr one"),
     ("q-rank", lambda i: {"q": i.q[0]}, ValueError, r"q must be \[\.\.\., H, D\]"),
     ("q-int-dtype", lambda i: {"q": i.q.to(torch.int32)}, TypeError, r"q.dtype must be one of"),
     ("k-dtype-mismatch", lambda i: {"k": i.k.half()}, TypeError, r"k.dtype .* must equal q"),
@@ -110,6 +116,7 @@ def _apart(inputs, **outputs: str) -> dict:
             **{name: tensors[what] for name, what in outputs.items()}}
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
 @pytest.mark.parametrize(("overrides", "error", "pattern"),
                          [pytest.param(o, e, p, id=name) for name, o, e, p in BAD])
@@ -221,6 +228,24 @@ def test_a_pdl_flag_that_is_not_a_bool_is_named(inputs):
 def test_rope_alone_validates_like_the_fused_op(inputs):
     with pytest.raises(ValueError, match=r"rotary_dim \(31\) must be even"):
         rope(inputs.q, inputs.k, inputs.positions, inputs.cos_sin_cache, rotary_dim=31)
+
+
+def test_rms_norm_names_x_as_what_out_and_weight_must_match(inputs):
+    with pytest.raises(TypeError, match=r"out.dtype \(torch.float32\) must equal x.dtype "
+                                        r"\(torch.bfloat16\)"):
+        rms_norm(inputs.q, inputs.q_weight, out=torch.empty_like(inputs.q, dtype=torch.float32))
+    with pytest.raises(ValueError, match=rf"weight is on meta, expected {inputs.q.device} "
+                                         r"\(the device of x\)"):
+        rms_norm(inputs.q, inputs.q_weight.to("meta"))
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_numpy_bools_are_taken_as_the_flags_they_hold(inputs, route):
+    np = pytest.importorskip("numpy")
+    got = inputs.call(route, inplace=np.bool_(False), check_positions=np.bool_(True))
+    expected = inputs.call(route, inplace=False, check_positions=True)
+    assert all(torch.equal(g.view(torch.int16), e.view(torch.int16))
+               for g, e in zip(got, expected, strict=True))
 
 
 def test_rms_norm_names_a_bad_weight(inputs):

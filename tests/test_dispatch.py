@@ -364,6 +364,23 @@ def test_a_table_whose_geometries_are_malformed_is_refused_in_words():
         DispatchTable(data)
 
 
+@pytest.mark.parametrize(("change", "pattern"), [
+    ({"fused_through": "8"}, r"fused_through must be a whole number of tokens or null, got '8'"),
+    ({"fused_through": True}, r"fused_through must be a whole number of tokens or null, "
+                              r"got True"),
+    ({"censored": "false"}, r"censored must be true or false, got 'false'"),
+    ({"shape": {"heads_q": 4, "head_dimm": 64}}, r"unknown shape keys head_dimm"),
+], ids=["bound-text", "bound-bool", "censored-text", "misspelt-key"])
+def test_a_geometry_that_would_misroute_calls_is_refused_naming_it(change, pattern):
+    entry = {"geometry": "g", "fused_through": 8, "censored": False,
+             "shape": {"heads_q": 4, "heads_k": 2, "head_dim": 64, "inplace": True}, **change}
+    data = {"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
+            "candidate": "fused", "geometries": [entry]}
+    with pytest.raises(ValueError, match=r"not a dispatch table: its geometries are malformed "
+                                         rf"\(\w+Error: .*geometry 'g': {pattern}"):
+        DispatchTable(data)
+
+
 def test_a_table_of_another_comparison_or_kind_is_refused():
     from qkbench.kernels.dispatch import DispatchTable
 
