@@ -20,9 +20,15 @@ WEIGHT_MODES = ("plain", "offset")
 MAX_HEAD_DIM = 512
 
 
+# Triton chose its interpreter or its compiler for each kernel as it decorated it, when the
+# kernels were imported: what TRITON_INTERPRET said then holds, whatever it says later.
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def interpreting() -> bool:
-    """True when Triton runs kernels on the CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton runs these kernels on the CPU interpreter (``TRITON_INTERPRET=1``
+    when they were imported)."""
+    return _INTERPRETING
 
 
 def check_tensor(name: str, x: object) -> torch.Tensor:

@@ -1,5 +1,9 @@
 """Bad input raises an error that names the argument and what was expected."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -160,11 +164,32 @@ def test_positions_on_another_device_are_named(inputs, route):
 
 
 def test_tensors_on_the_cpu_without_the_interpreter_are_refused(monkeypatch, inputs):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    from qkbench.kernels import checks
+
+    monkeypatch.setattr(checks, "_INTERPRETING", False)
     if inputs.q.is_cuda:
         pytest.skip("the inputs are on a GPU")
     with pytest.raises(ValueError, match=r"q is on cpu: the Triton kernels run on a CUDA"):
         inputs.call(qk_norm_rope)
+
+
+def test_the_interpreter_set_after_the_kernels_were_imported_is_not_taken_for_them():
+    # Triton compiled the kernels' decorators for a GPU: CPU tensors are refused by name,
+    # not handed to a driver that is not there (or to a compiled kernel as CPU pointers).
+    code = ("import os, torch\n"
+            "from qkbench.kernels import rms_norm\n"
+            "os.environ['TRITON_INTERPRET'] = '1'\n"
+            "x = torch.ones(2, 1, 64)\n"
+            "try:\n"
+            "    rms_norm(x, torch.ones(64))\n"
+            "except ValueError as e:\n"
+            "    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.stdout.startswith("x is on cpu: the Triton kernels run on a CUDA device, or on "
+                                  "the CPU only under the interpreter (set TRITON_INTERPRET=1 "
+                                  "before importing)"), (done.stdout, done.stderr)
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
