@@ -217,16 +217,13 @@ _SHAPE = {"status": (str,), "created": (str,), "command": (list,), "protocol": (
 _SHAPE_3 = {"resumed": (list,), "seal": (dict, type(None))}
 _NUMBER = (int, float)
 _TEXT = (str, type(None))
-# The header keys that report, audit and resume read, by their dotted path.
-_HEADER = {
-    "protocol.text": (str,), "protocol.sha256": (str,), "protocol.resolved": (dict,),
-    "protocol.resolved.name": (str,), "protocol.resolved.routes": (list,),
-    "protocol.resolved.timing": (dict,), "protocol.resolved.timing.drop_threshold": _NUMBER,
-    "protocol.resolved.bands": (list,), "protocol.resolved.dispatch_margin": _NUMBER,
-    "settings.device": (str,), "settings.schedule": (str,), "settings.isolation": (str,),
-    "environment.device": (str,), "environment.torch": (str,), "environment.triton": _TEXT,
-    "environment.code": (dict,), "environment.code.commit": _TEXT,
-}
+
+
+class _OrNull:
+    """A part that may also be null."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
 
 
 def _names(types: tuple) -> str:
@@ -249,16 +246,7 @@ def _check_shape(path: Path, data: dict) -> None:
         if not isinstance(data.get(key, ...), types):
             raise ArchiveError(f"{path}: malformed archive: '{key}' is missing or not "
                                f"{' or '.join(t.__name__ for t in types)}")
-    for dotted, types in _HEADER.items():
-        *parents, key = dotted.split(".")
-        table = data
-        for parent in parents:
-            table = table[parent]
-        if key not in table:
-            raise ArchiveError(f"{path}: malformed archive: '{dotted}' is missing")
-        if not isinstance(table[key], types) or isinstance(table[key], bool):
-            raise ArchiveError(f"{path}: malformed archive: '{dotted}' must be "
-                               f"{_names(types)}, got {type(table[key]).__name__}")
+    _check_parts(path, data, _HEADER)
     gpu = data["environment"].get("gpu")
     if gpu is not None and not isinstance(gpu, dict):
         raise ArchiveError(f"{path}: malformed archive: 'environment.gpu' must be an object "
@@ -275,23 +263,24 @@ def _check_shape(path: Path, data: dict) -> None:
     _check_parts(path, data, _PARTS)
 
 
-class _OrNull:
-    """A part that may also be null."""
-
-    def __init__(self, spec) -> None:
-        self.spec = spec
-
-
-# What report, export, audit and the gate read of an archive's parts besides its header
-# (``_HEADER``) and what its summary is recomputed from (``summary.current`` checks that): a
-# dict is an object of these keys (one ending in "?" may be absent, "*" stands for any key),
-# a list an array of its one item, a tuple the types a value may have.
+# The parts of an archive that report, export, audit, the gate and resume read besides what
+# its summary is recomputed from (``summary.current`` checks that): a dict is an object of
+# these keys (one ending in "?" may be absent, "*" stands for any key), a list an array of
+# its one item, a tuple the types a value may have. ``_HEADER`` is checked before the rules
+# above that read it (the environment's gpu), ``_PARTS`` after them.
 _HASHES = {"*": (str,)}
 _CODE = {"commit?": _TEXT, "kernels_sha256?": _OrNull(_HASHES),
          "harness_sha256?": _OrNull(_HASHES)}
+_HEADER = {
+    "protocol": {"text": (str,), "sha256": (str,), "resolved": {
+        "name": (str,), "routes": [(str,)], "timing": {"drop_threshold": _NUMBER},
+        "bands": (list,), "dispatch_margin": _NUMBER}},
+    "settings": {"device": (str,), "schedule": (str,), "isolation": (str,)},
+    "environment": {"device": (str,), "torch": (str,), "triton": _TEXT,
+                    "code": {"commit": _TEXT}, "kernels_sha256?": _OrNull(_HASHES),
+                    "harness_sha256?": _OrNull(_HASHES)},
+}
 _PARTS = {
-    "protocol": {"resolved": {"routes": [(str,)]}},
-    "environment": {"kernels_sha256?": _OrNull(_HASHES), "harness_sha256?": _OrNull(_HASHES)},
     "resumed?": [{"code?": _CODE}],
     "passes": [{"index": (int,), "code?": _CODE,
                 "limits?": _OrNull({"copy": {"bytes": (int,), "gbps": _NUMBER},
@@ -320,6 +309,12 @@ def _check_parts(path: Path, value, spec, where: str = "") -> None:
             name = key.rstrip("?")
             found = value.keys() if name == "*" else [name] if name in value else []
             if not found and not key.endswith("?") and name != "*":
-                raise ArchiveError(f"{path}: malformed archive: '{where}.{name}' is missing")
+                raise ArchiveError(f"{path}: malformed archive: '{_joined(where, name)}' is "
+                                   "missing")
             for k in found:
-                _check_parts(path, value[k], part, f"{where}.{k}".lstrip("."))
+                _check_parts(path, value[k], part, _joined(where, k))
+
+
+def _joined(where: str, key: str) -> str:
+    """The dotted name of ``key`` in the part at ``where``."""
+    return f"{where}.{key}" if where else key

@@ -94,16 +94,13 @@ def check_pair(aa: dict, planted: dict) -> None:
                                          for k in ("tokens", "geometries")):
         raise QkbenchError("--aa and --planted-run ran different protocols or cells: give "
                            "the two archives of one calibration")
-    ta, tb = measuring_timing(aa), measuring_timing(planted)
-    if ta != tb:
-        differ = ", ".join(f"{k} {ta[k]} against {tb[k]}" for k in ta if ta[k] != tb[k])
-        raise QkbenchError(f"--aa and --planted-run were timed differently ({differ}): give "
-                           "the two archives of one calibration")
-    ma, mb = env.machine(aa["environment"]), env.machine(planted["environment"])
-    if ma != mb:
-        differ = ", ".join(f"{k} {ma[k]} against {mb[k]}" for k in ma if ma[k] != mb[k])
-        raise QkbenchError(f"--aa and --planted-run ran on different machines ({differ}): "
-                           "give the two archives of one calibration")
+    for how, of in (("were timed differently", measuring_timing),
+                    ("ran on different machines", lambda run: env.machine(run["environment"]))):
+        a, b = of(aa), of(planted)
+        if a != b:
+            differ = ", ".join(f"{k} {a[k]} against {b[k]}" for k in a if a[k] != b[k])
+            raise QkbenchError(f"--aa and --planted-run {how} ({differ}): give the two "
+                               "archives of one calibration")
     for option, archive in (("--aa", aa), ("--planted-run", planted)):
         if archive["status"] != "complete":
             raise QkbenchError(f"{option}: the run is unfinished (status {archive['status']}): "
