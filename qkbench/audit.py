@@ -317,11 +317,10 @@ def _code(archive: dict, found: Findings) -> None:
     for p in archive["passes"]:
         if "code" not in p:
             continue
-        started = [r for r in resumes if r["after_passes"] <= p["index"]]
-        expected = started[-1]["code"] if started else header
-        differ = env.code_differences(expected, p["code"])
+        differ = env.code_differences(env.run_code(archive, p["index"]), p["code"])
         if differ:
-            where = "the resume that ran it" if started else "the run's environment"
+            resumed = any(r["after_passes"] <= p["index"] for r in resumes)
+            where = "the resume that ran it" if resumed else "the run's environment"
             found.problems.append(f"pass {p['index']}: ran other code than {where} records "
                                   f"({'; '.join(differ)})")
     found.notes += code_lines(archive)

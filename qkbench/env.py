@@ -88,6 +88,14 @@ def environment_code(environment: dict) -> dict:
             "harness_sha256": environment.get("harness_sha256")}
 
 
+def run_code(archive: dict, index: int) -> dict:
+    """The code pass ``index`` of a run archive had to run: the code of the resume that ran
+    it, if one did, else the code the run started with (``environment_code``)."""
+    started = sorted((r for r in archive.get("resumed") or [] if r["after_passes"] <= index),
+                     key=lambda r: r["after_passes"])
+    return started[-1]["code"] if started else environment_code(archive["environment"])
+
+
 def code_differences(was: dict, now: dict) -> list[str]:
     """How code ``now`` differs from code ``was`` (each as ``code_now`` gives it): the git
     commit, each kernel source file and each harness source file (where both record

@@ -307,16 +307,18 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
 
 
 def _check_writable(path: Path) -> None:
-    """Refuse a report file that could not be written before anything is measured."""
+    """Refuse a report file that could not be written before anything is measured. Its
+    missing folders are made when it is written (as ``--out``'s are, e.g. ``results/gate``
+    on a fresh checkout), so the nearest folder that exists must be writable."""
     folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
     if path.is_dir():
         why = "it is a folder"
     elif path.exists():  # a file to replace or append to, or a device such as /dev/stdout
         why = None if os.access(path, os.W_OK) else "it is not writable"
-    elif folder.exists() and not folder.is_dir():
-        why = f"{folder} is a file, not a folder"
     elif not folder.is_dir():
-        why = f"no folder {folder}"
+        why = f"{folder} is a file, not a folder"
     else:
         why = None if os.access(folder, os.W_OK) else f"{folder} is not writable"
     if why:
@@ -327,6 +329,9 @@ def _write_reports(outcome, measure: str, junit: Path | None, markdown: Path | N
     from qkbench import gate_output
 
     try:
+        for path in (junit, markdown):
+            if path is not None and not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
         if junit is not None:
             junit.write_bytes(gate_output.junit(outcome))
         if markdown is not None:

@@ -355,6 +355,12 @@ def _check_values(p: Protocol, src: str) -> None:
     if not PLAIN_NAME.fullmatch(p.name):
         raise ProtocolError(f"{src}: 'name' must be one plain word of letters, digits, '.', "
                             f"'_' and '-' (it names the run's archive files), got {p.name!r}")
+    named = [(f"geometry[{i}]", g.name) for i, g in enumerate(p.geometries)]
+    named += [(f"band[{i}]", b.name) for i, b in enumerate(p.bands)]
+    for where, name in named:
+        if not name.strip() or not name.isprintable():
+            raise ProtocolError(f"{src}: '{where}.name' must be printable text, not blank (it "
+                                f"names cells in reports and JUnit XML), got {name!r}")
     if not 0 <= p.timing.seed <= MAX_SEED:
         raise ProtocolError(f"{src}: 'timing.seed' must be in [0, 2^63 - 1], "
                             f"got {p.timing.seed}")
@@ -497,9 +503,11 @@ MEASURING_TIMING = ("cache", "inner_reps", "schedule", "isolation", "warmup", "c
 
 def measuring_timing(archive: dict) -> dict[str, object]:
     """A run archive's ``MEASURING_TIMING`` settings: two runs that differ in one measured
-    different things, whatever their protocol's text."""
+    different things, whatever their protocol's text. A setting added since an archive was
+    made is None there: what that run did instead is not on record, so it compares equal
+    only with another such archive."""
     timing = archive["protocol"]["resolved"]["timing"]
-    return {key: timing[key] for key in MEASURING_TIMING}
+    return {key: timing.get(key) for key in MEASURING_TIMING}
 
 
 def launch_state_of(archive: dict) -> str:

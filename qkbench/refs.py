@@ -12,11 +12,12 @@ and in every worker process alike (workers inherit the manager's environment), s
 added to ``sys.path`` and no ``PYTHONPATH`` is rewritten. The folder is removed, and the
 package dropped from ``sys.modules``, when the gate ends.
 
-Exactness: a ref's routes form their own exact group, ``triton@<sha12>``, so the ref's split
-and fused must agree with each other bit for bit, as the working tree's two do in the group
-``triton``. Across commits only the FP64 oracle is required: a change may legitimately move
-the rounding of both routes (a new reduction order, say), and the gate measures speed; a
-candidate off the oracle is still marked invalid and never timed.
+Exactness: a ref's routes form their own exact group, ``triton@<sha12>``: where its split and
+fused share a sweep they must agree bit for bit, as the working tree's two do in the group
+``triton``. The gate's sweeps time one route against its ref twin, so there only the FP64
+oracle is checked: a change may legitimately move the rounding of both routes (a new
+reduction order, say), and the gate measures speed; a candidate off the oracle is still
+marked invalid and never timed.
 """
 
 import ast
@@ -174,18 +175,29 @@ def _said(proc: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {proc.returncode}"
 
 
-def commit_of(ref: str, repo: Path) -> str:
-    """The full sha of the commit ``ref`` names in ``repo``."""
+def toplevel(ref: str, repo: Path) -> Path:
+    """The root of the git work tree ``repo`` lies in (``repo`` may be a folder in it)."""
     if not ref or ref.startswith("-"):
         raise GateError(f"--against {ref!r}: not a git ref")
     top = _git(repo, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
         raise GateError(f"--against {ref}: {repo} is not in a git repository ({_said(top)})")
-    proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    return Path(top.stdout.decode().strip())
+
+
+def commit_of(ref: str, top: Path) -> str:
+    """The full sha of the commit ``ref`` names in the repository at ``top``; refused where
+    git finds ``ref`` ambiguous (a branch and a tag of one name), which it would resolve
+    by its own precedence, perhaps not to the commit meant."""
+    proc = _git(top, "rev-parse", "--verify", f"{ref}^{{commit}}")
     if proc.returncode != 0:
-        raise GateError(f"--against {ref}: no such commit in {top.stdout.decode().strip()} "
+        raise GateError(f"--against {ref}: no such commit in {top} "
                         "(a branch, tag or sha that git rev-parse knows; in CI fetch it first, "
                         "e.g. git fetch origin main)")
+    if b"is ambiguous" in proc.stderr:
+        raise GateError(f"--against {ref}: ambiguous in {top} (more than one ref of that "
+                        "name, e.g. a branch and a tag): name it in full, e.g. "
+                        f"refs/heads/{ref} or refs/tags/{ref}")
     return proc.stdout.decode().strip()
 
 
@@ -262,10 +274,12 @@ def exported(ref: str, repo: Path, routes: Sequence[str]) -> Iterator[Export]:
         if base not in ROUTES:
             raise GateError(f"--route {base}: only the kernel routes ({', '.join(ROUTES)}) can "
                             "be gated against a commit")
-    commit = commit_of(ref, repo)
+    top = toplevel(ref, repo)
+    commit = commit_of(ref, top)
     previous = os.environ.get(ENV)
     with tempfile.TemporaryDirectory(prefix="qkbench-ref-") as tmp:
-        folder = export(repo, ref, commit, Path(tmp))
+        # From the root: git reads the pathspec kernels/ relative to the folder it runs in.
+        folder = export(top, ref, commit, Path(tmp))
         done = Export(ref, commit, folder, source_hashes(folder))
         os.environ[ENV] = tmp
         try:

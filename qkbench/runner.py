@@ -430,6 +430,14 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
                 result = _run_in_subprocess(job, device, events, t.pass_timeout, lock)
             else:
                 result = _run_in_process(job, backend, events)
+            differ = env.code_differences(env.run_code(run, job["index"]), result["code"]) \
+                if "code" in result else []
+            if differ:
+                # Kept, the pass would mix two candidates' times in one verdict.
+                raise ArchiveError(f"{out}: pass {job['index']} ran other code than the run "
+                                   f"({'; '.join(differ)}): the tree changed during the run; "
+                                   "the pass is not kept (restore the code and resume, or "
+                                   "start a new run)")
             result = archives.as_stored(result)
             result["digest"] = archives.pass_digest(result, key)
             run["passes"] = sorted([*run["passes"], result], key=lambda p: p["index"])

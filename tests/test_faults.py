@@ -322,6 +322,32 @@ def test_an_archive_from_before_the_harness_hashes_compares_its_kernels_only():
     assert env.code_differences(was, {**now, "harness_sha256": {"routes.py": "0" * 64}}) == []
 
 
+def test_a_pass_that_ran_other_code_than_the_run_stops_it_and_is_not_kept(monkeypatch,
+                                                                           tmp_path):
+    from qkbench import env
+
+    from synthetic import synthetic_sweep, tiny_protocol
+
+    code_now, seen = env.code_now, []
+
+    def edited_after_the_first_pass() -> dict:
+        seen.append(1)
+        now = code_now()
+        if len(seen) > 1:  # pass 0 runs the run's code; the tree is edited before pass 1 ends
+            now["kernels_sha256"] = {**now["kernels_sha256"], "fused.py": "0" * 64}
+        return now
+
+    monkeypatch.setattr(env, "code_now", edited_after_the_first_pass)
+    out = tmp_path / "run.json"
+    with pytest.raises(ArchiveError, match=r"pass 1 ran other code than the run \(kernels/"
+                                           r"fused.py [0-9a-f]{8} -> 00000000\): the tree "
+                                           "changed during the run; the pass is not kept"):
+        synthetic_sweep(tiny_protocol("edited"), out, effect=-0.5)
+    run = archives.read(out)
+    assert [p["index"] for p in run["passes"]] == [0] and run["status"] == "running"
+    assert examine(run).problems == []
+
+
 def manager_pid(out: Path) -> int:
     return lock_record(out)["manager"]
 

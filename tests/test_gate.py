@@ -151,6 +151,17 @@ def test_archives_timed_with_other_measuring_settings_are_exit_2_naming_them(
     assert_usage_error(across(archive, "base", run), f"the archives cannot be compared: {named}")
 
 
+def test_an_archive_from_before_a_measuring_setting_is_exit_2_naming_what_it_lacks(
+        archive, tmp_path):
+    run = archives.read(archive("base"))
+    del run["protocol"]["resolved"]["timing"]["clock_threshold"]  # as schema 1 archives
+    older = tmp_path / "older.json.gz"
+    archives.write(older, reseal(run))
+    assert_usage_error(invoke("--baseline", str(older), "--candidate", archive("same-code")),
+                       "the archives cannot be compared: clock_threshold: None in --baseline, "
+                       "0.02 in --candidate")
+
+
 def test_archives_that_differ_only_in_how_many_samples_they_took_are_compared(archive):
     result = across(archive, "base", "more-samples")
     assert result.exit_code == 0, result.output
@@ -365,14 +376,20 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_meas
         raise AssertionError("measured before the report path was checked")
 
     monkeypatch.setattr(gate_cli, "_against", measured)
-    junit = tmp_path / "missing" / "junit.xml"
-    assert_usage_error(invoke("--against", "HEAD", "--junit", str(junit)),
-                       f"{junit}: cannot be written (no folder {junit.parent})")
     (tmp_path / "a-file").write_text("")
-    under_a_file = tmp_path / "a-file" / "junit.xml"
+    under_a_file = tmp_path / "a-file" / "deeper" / "junit.xml"
     assert_usage_error(invoke("--against", "HEAD", "--junit", str(under_a_file)),
-                       f"{under_a_file}: cannot be written ({under_a_file.parent} is a file, "
+                       f"{under_a_file}: cannot be written ({tmp_path / 'a-file'} is a file, "
                        "not a folder)")
+
+
+def test_a_report_file_s_missing_folders_are_made(archive, tmp_path):
+    junit = tmp_path / "results" / "gate" / "junit.xml"
+    markdown = tmp_path / "summary" / "gate.md"
+    result = invoke(archive("base"), "--junit", str(junit), "--markdown", str(markdown))
+    assert result.exit_code == 0, result.output
+    assert ET.parse(junit).getroot().tag == "testsuites"
+    assert "gate: PASS" in markdown.read_text()
 
 
 def test_with_the_signing_key_set_an_unsigned_archive_is_not_judged(archive, monkeypatch):

@@ -330,6 +330,28 @@ def test_exported_refuses_an_option_looking_ref(repo):
         pass
 
 
+def test_a_repo_given_as_a_folder_inside_it_exports_the_commits_kernels(repo):
+    inside = repo / "inside"
+    inside.mkdir(exist_ok=True)
+    with refs.exported("same", inside, ["fused"]) as export:
+        assert export.commit == git(repo, "rev-parse", "same")
+        assert (export.folder / "__init__.py").is_file()
+
+
+def test_a_ref_that_names_a_branch_and_a_tag_is_refused_naming_both_forms(repo, tmp_path):
+    git(repo, "branch", "twin", "slow")
+    git(repo, "tag", "twin", "same")
+    try:
+        assert_usage_error(gate(repo, "twin", tmp_path),
+                           f"--against twin: ambiguous in {repo}", "refs/heads/twin",
+                           "refs/tags/twin")
+        with refs.exported("refs/heads/twin", repo, ["fused"]) as export:
+            assert export.commit == git(repo, "rev-parse", "slow")
+    finally:
+        git(repo, "tag", "-d", "twin")
+        git(repo, "branch", "-D", "twin")
+
+
 @interpreter_only
 def test_a_refs_split_and_fused_agree_bit_for_bit_and_the_working_tree_meets_the_oracle(
         repo, device):

@@ -177,6 +177,10 @@ LATE = [
     ("name-a-path", ('name = "tiny"', 'name = "../../x"'),
      ["'name' must be one plain word", "it names the run's archive files", "'../../x'"]),
     ("name-empty", ('name = "tiny"', 'name = ""'), ["'name' must be one plain word", "''"]),
+    ("geometry-name-a-control-character", ('name = "g"', 'name = "g\\u0001"'),
+     ["'geometry[0].name' must be printable text", "JUnit XML", "'g\\x01'"]),
+    ("band-name-blank", ("head_dim = 64", 'head_dim = 64\n\n[[band]]\nname = " "'),
+     ["'band[0].name' must be printable text, not blank", "' '"]),
     ("table-over-int32", ("tokens = [1, 4]", "tokens = [1, 4]\nmax_position = 1000000000"),
      ["'max_position' 1000000000 on geometry 'g': its cos/sin table would have "
       "64,000,000,000 elements", "more than 2^31 - 1 per tensor"]),
