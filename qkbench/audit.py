@@ -81,7 +81,7 @@ def examine(archive: dict, key: bytes | None = None) -> Findings:
     text = archive["protocol"]["text"]
     if hashlib.sha256(text.encode()).hexdigest() != archive["protocol"]["sha256"]:
         found.problems.append("protocol: text does not match its sha256")
-    found.problems += _header_problems(archive)
+    found.problems += header_problems(archive)
     _digests(archive, key, found)
     if schema in LEGACY_NOTE:
         found.notes.append(LEGACY_NOTE[schema])
@@ -119,7 +119,7 @@ def read_checked(path: Path) -> dict:
     the first problem; ``audit`` lists every one. Its summary is read with ``current``."""
     run = archives.read(path)
     problems = (digest_problems(run, seal.signing_key() if seal.is_signed(run) else None)
-                + _header_problems(run))
+                + header_problems(run))
     if problems:
         raise ArchiveError(f"{path}: {problems[0]} (qkbench audit {path} lists every "
                            "problem)")
@@ -203,7 +203,7 @@ def _digests(archive: dict, key: bytes | None, found: Findings) -> None:
 # -- header ------------------------------------------------------------------------------------
 
 
-def _header_problems(archive: dict) -> list[str]:
+def header_problems(archive: dict) -> list[str]:
     """Whether the resolved settings and the run's settings follow from the protocol text."""
     resolved = archive["protocol"]["resolved"]
     try:

@@ -102,16 +102,19 @@ def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Pat
     it), named ``<YYYYmmdd-HHMMSS>-<protocol>.json.gz``."""
     from qkbench.archive import SUFFIX
 
-    if resume:
-        if out_path is None:
-            raise QkbenchError("--resume needs --out, the archive to continue")
-        if out_path.is_dir():
-            raise QkbenchError(f"--resume needs --out to name an archive file; {out_path} "
-                               "is a directory")
-        return out_path
-    if (out_path is not None and out_path.suffix.lower() in (".json", ".gz")
-            and not out_path.is_dir()):
-        return out_path
+    try:
+        if resume:
+            if out_path is None:
+                raise QkbenchError("--resume needs --out, the archive to continue")
+            if out_path.is_dir():
+                raise QkbenchError(f"--resume needs --out to name an archive file; {out_path} "
+                                   "is a directory")
+            return out_path
+        if (out_path is not None and out_path.suffix.lower() in (".json", ".gz")
+                and not out_path.is_dir()):
+            return out_path
+    except OSError as e:  # e.g. a name longer than the file system takes
+        raise QkbenchError(f"--out {out_path}: cannot be used ({e.strerror})") from None
     name = f"{time.strftime('%Y%m%d-%H%M%S')}-{protocol_name}{SUFFIX}"
     return (out_path or Path("results")) / name
 
@@ -206,6 +209,9 @@ def sweep(
     The first --route is the baseline (and the null arm), the others candidates."""
     path = None
     try:
+        if allow_code_change and not resume:
+            raise QkbenchError("--allow-code-change only goes with --resume (a new run records "
+                               "the code it starts with)")
         resumed = None
         if resume:  # its archive is --out itself
             path = archive_path(out_path, "", resume=True)
@@ -213,9 +219,14 @@ def sweep(
         dev = _device(resumed["settings"]["device"] if resumed and device == "auto" else device)
         if resumed:
             from qkbench import runner, seal
+            from qkbench.audit import header_problems
 
             # Before its header is read: a damaged one is named, not a traceback.
             runner.check_seal(resumed, seal.signing_key(), path)
+            problems = header_problems(resumed)
+            if problems:
+                raise QkbenchError(f"{path}: cannot resume: {problems[0]} (qkbench audit "
+                                   f"{path} lists every problem)")
         if resumed and protocol is None:
             from qkbench.protocol import rebuild
 

@@ -312,6 +312,9 @@ MAX_INPUT_BYTES = 8 * 2**30
 # torch takes a seed of 64 signed bits.
 MAX_PASSES = 600
 MAX_SEED = 2**63 - 1
+# Past these a count is a typo too: a pass plans every sample of every arm before it
+# starts, and every replacement rewrites the archive.
+MAX_COUNTS = {"warmup": 10**6, "samples": 10**6, "inner_reps": 10**4, "retries": 10}
 # A protocol's name is part of its archives' file names: one plain word, never a path.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -384,9 +387,10 @@ def _check_semantics(p: Protocol, src: str) -> None:
     for name in ("passes", "samples", "inner_reps"):
         if getattr(t, name) < 1:
             raise ProtocolError(f"{src}: 'timing.{name}' must be >= 1, got {getattr(t, name)}")
-    if t.passes > MAX_PASSES:
-        raise ProtocolError(f"{src}: 'timing.passes' must be at most {MAX_PASSES}, "
-                            f"got {t.passes}")
+    for name, most in {"passes": MAX_PASSES, **MAX_COUNTS}.items():
+        if getattr(t, name) > most:
+            raise ProtocolError(f"{src}: 'timing.{name}' must be at most {most:,}, "
+                                f"got {getattr(t, name):,}")
     if t.passes % len(ORDERS):
         raise ProtocolError(f"{src}: 'timing.passes' must be a multiple of {len(ORDERS)} "
                             f"(every arm order equally often), got {t.passes}")
@@ -458,8 +462,9 @@ def parse(text: str, src: str = "<protocol>") -> Protocol:
         raise ProtocolError(f"{src}: 'routes' must be an array of route names")
     timing = _check_table(src, "timing.", data.get("timing", {}), _TIMING)
     timing = Timing(**{k: float(v) if _TIMING[k] is float else v for k, v in timing.items()})
-    if not all(isinstance(g, dict) for g in data["geometry"]):
-        raise ProtocolError(f"{src}: 'geometry' must be an array of tables ([[geometry]])")
+    if not all(isinstance(g, dict) for g in data["geometry"]) or not data["geometry"]:
+        raise ProtocolError(f"{src}: 'geometry' must be a non-empty array of tables "
+                            "([[geometry]]): each names the shapes of a row of cells")
     geometries = tuple(_geometry(src, i, g) for i, g in enumerate(data["geometry"]))
     bands = []
     for i, b in enumerate(data.get("band", [])):

@@ -384,11 +384,15 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
     for name in protocol.routes:  # an unknown or unloadable route fails before any file
         resolve(name)
     out = Path(out)
-    if out.is_symlink():
-        # The lock and the atomic replace go by name: through a link they would guard and
-        # replace the link, and two writers of the one archive would both go on.
-        out = Path(os.path.realpath(out))
-    if resume and not out.is_file():  # before the lock, which would make its folder
+    try:
+        if out.is_symlink():
+            # The lock and the atomic replace go by name: through a link they would guard and
+            # replace the link, and two writers of the one archive would both go on.
+            out = Path(os.path.realpath(out))
+        is_file = out.is_file()
+    except OSError as e:  # e.g. a name longer than the file system takes
+        raise ArchiveError(f"{out}: cannot be used ({e.strerror})") from None
+    if resume and not is_file:  # before the lock, which would make its folder
         archives.read(out)
     with ArchiveLock(out) as lock:
         archives.remove_stale_tmp_files(out)

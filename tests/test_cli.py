@@ -561,6 +561,33 @@ def test_a_resume_of_an_archive_whose_header_was_damaged_fails_in_one_line(one_p
     assert_one_error_line(result, f"{out}: cannot resume: it was edited since it was written")
 
 
+def test_a_resume_of_a_resealed_archive_whose_protocol_record_was_edited_fails_in_one_line(
+        one_pass, tmp_path):
+    from qkbench import archive
+
+    run = archive.read(one_pass)
+    del run["protocol"]["resolved"]["geometries"][0]["name"]  # resealed: a careful editor
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps(reseal(run)))
+    result = invoke("sweep", "--resume", "--out", str(out))
+    assert_one_error_line(result, f"{out}: cannot resume: protocol: the resolved settings "
+                                  "cannot be rebuilt from its text", f"qkbench audit {out}")
+
+
+def test_allow_code_change_without_resume_fails_in_one_line(tmp_path):
+    assert_one_error_line(invoke("sweep", "--device", "cpu", "--allow-code-change", "--out",
+                                 str(tmp_path / "run.json")),
+                          "--allow-code-change only goes with --resume")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_name_longer_than_the_file_system_takes_fails_in_one_line(tmp_path):
+    out = tmp_path / ("x" * 300)
+    for resume in ([], ["--resume"]):
+        assert_one_error_line(invoke("sweep", "--device", "cpu", *resume, "--out", str(out)),
+                              str(out), ": cannot be used (File name too long)")
+
+
 def test_a_run_whose_every_cell_is_unstable_exits_1_saying_no_cell_got_a_verdict(tmp_path):
     # A drop threshold no null arm can meet: every pass order is dropped at every attempt
     # (one attempt each: retries would only repeat the drop).

@@ -75,6 +75,9 @@ BAD = [
      ["'geometry[0].inplace' must be a boolean", "got int 1"]),
     ("missing-top-key", ('routes = ["split", "fused"]\n', ""),
      ["missing required key 'routes'", "an array"]),
+    ("no-geometry", ('[timing]\npasses = 12\n\n[[geometry]]\nname = "g"\nheads_q = 2\n'
+                     'heads_k = 1\nhead_dim = 64\n', "geometry = []\n[timing]\npasses = 12\n"),
+     ["'geometry' must be a non-empty array of tables ([[geometry]])"]),
     ("missing-geometry-key", ("head_dim = 64", ""),
      ["missing required key 'geometry[0].head_dim'", "an integer"]),
     ("token-list-of-strings", ("tokens = [1, 4]", 'tokens = ["1"]'),
@@ -173,7 +176,11 @@ LATE = [
     ("seed-past-64-bits", ("passes = 12", "passes = 12\nseed = 9223372036854775808"),
      ["'timing.seed' must be in [0, 2^63 - 1], got 9223372036854775808"]),
     ("passes-past-the-cap", ("passes = 12", "passes = 600000000000"),
-     ["'timing.passes' must be at most 600, got 600000000000"]),
+     ["'timing.passes' must be at most 600, got 600,000,000,000"]),
+    ("samples-past-the-cap", ("passes = 12", "passes = 12\nsamples = 100000000000"),
+     ["'timing.samples' must be at most 1,000,000, got 100,000,000,000"]),
+    ("retries-past-the-cap", ("passes = 12", "passes = 12\nretries = 1000000000"),
+     ["'timing.retries' must be at most 10, got 1,000,000,000"]),
     ("name-a-path", ('name = "tiny"', 'name = "../../x"'),
      ["'name' must be one plain word", "it names the run's archive files", "'../../x'"]),
     ("name-empty", ('name = "tiny"', 'name = ""'), ["'name' must be one plain word", "''"]),
@@ -272,3 +279,14 @@ def test_a_binary_protocol_file_is_named_as_not_text(tmp_path):
     with pytest.raises(ProtocolError, match=rf"^{re.escape(str(path))}: not a text protocol "
                                             r"file \(byte 0 is not UTF-8\)"):
         load(str(path))
+
+
+def test_the_largest_seed_a_protocol_takes_seeds_every_case(tmp_path):
+    from qkbench.protocol import MAX_SEED
+
+    from synthetic import synthetic_sweep, tiny_protocol
+
+    protocol = parse(tiny_protocol("seeded")).with_overrides(seed=MAX_SEED)
+    run = synthetic_sweep(protocol, tmp_path / "run.json", effect=-0.5)
+    assert run["status"] == "complete"
+    assert all(p["status"] == "ok" for p in run["passes"])
