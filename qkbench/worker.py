@@ -175,8 +175,8 @@ def run_case(backend: Backend, p: Protocol, case: Case, case_index: int, pass_in
     seed = schedule.placement_seed(t.seed, pass_index, case_index)
     # Within torch's seeds (64 signed bits) whatever the protocol's seed; the same seed as
     # before for any seed below 2^63 / 100003.
-    seed = (t.seed * 100_003 + case_index) % 2**63
-    input_sets = _input_sets(case, seed, backend, t.cache == "cold")
+    input_seed = (t.seed * 100_003 + case_index) % 2**63
+    input_sets = _input_sets(case, input_seed, backend, t.cache == "cold")
     reps = _launches_per_replay(p, input_sets)
     inplace = case.geometry.inplace
     baseline = resolve(p.baseline)

@@ -282,11 +282,15 @@ def test_a_binary_protocol_file_is_named_as_not_text(tmp_path):
 
 
 def test_the_largest_seed_a_protocol_takes_seeds_every_case(tmp_path):
+    from qkbench.archive import read
+    from qkbench.audit import examine
     from qkbench.protocol import MAX_SEED
 
     from synthetic import synthetic_sweep, tiny_protocol
 
-    protocol = parse(tiny_protocol("seeded")).with_overrides(seed=MAX_SEED)
-    run = synthetic_sweep(protocol, tmp_path / "run.json", effect=-0.5)
+    out = tmp_path / "run.json"
+    synthetic_sweep(tiny_protocol("seeded", seed=MAX_SEED), out, effect=-0.5)
+    run = read(out)
     assert run["status"] == "complete"
     assert all(p["status"] == "ok" for p in run["passes"])
+    assert examine(run).problems == []  # each case's placement drawn from its seed
