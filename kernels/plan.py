@@ -79,8 +79,11 @@ class Settings:
     # (32,8) x 128 T = 2048 +4.2 %, (64,8) x 128 T = 1024 +4.7 % (cold +0.9 / +0.7 %), and
     # its own bench read the rule 4.1-5.7 % slower at those two and at 23.3 ((16,8) x 128
     # T = 4096), 1.5 % faster at (8,1) x 128 T = 8192 (17.5). So the cut sits between the
-    # two (kernels 3.13): on the H100 that gives back 1.5 % hot at (32,8) x 128 T = 2048
-    # and, at (16,2) x 128 T = 4096, 3.1 % hot and 4.0 % cold (3.7 % cold on the H200).
+    # two (kernels 3.13). Its gate against 3.12 (results/h200/2026-12-07-v313a): hot -4.7 %
+    # at (32,8) x 128 T = 2048, -5.0 % at (64,8) x 128 T = 1024, -1.8 % at (16,2) x 128
+    # T = 4096; cold -0.8 / -0.4 %, but +3.8 % at (16,2) x 128 T = 4096 (a FAIL), as
+    # predicted. On the H100 (results/h100/2026-12-07-v313a) it costs +0.9 / +0.7 % at the
+    # first two and +2.9 % hot, +4.4 % cold at (16,2) x 128 T = 4096 (a FAIL hot and cold).
     few_programs_per_sm: float = 16
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
