@@ -48,7 +48,9 @@
 # cold; smaller programs with and without a free table at T = 8192 and DiT; then the cold
 # prefill cells that call had no time for, T = 2048 and 32768); before it, here: `git tag
 # -f kernels-3.12 611c76c && git bundle create v312.bundle kernels-3.12` and the
-# gate-few.toml above, with v312.bundle the only bundle in the root. `v312d` stays to be run.
+# gate-few.toml above, with v312.bundle the only bundle in the root. `v313a` ran on
+# 2026-12-07 on an H100 and on the H200 (results/h{100,200}/2026-12-07-v313a/). `v312d` is
+# the next call.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
