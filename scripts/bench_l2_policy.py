@@ -5,8 +5,8 @@ left behind.
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps
                 |larger-programs|few-programs|tiles-3.8|norm|rope|async-table|table-cached
-                |persistent]
-        [--geometries d128|d128-dit|goals|qwen3]
+                |persistent|few-programs-24]
+        [--geometries d128|d128-dit|goals|qwen3|gqa8]
         [--cold] [--route fused|split]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
@@ -158,6 +158,12 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "default": {}, "default-again": {}, "few-off": {"few_programs_per_sm": 0},
         "pdl": {"pdl": True}, "pdl-few-off": {"pdl": True, "few_programs_per_sm": 0},
     },
+    # The rule's cut as 3.11-3.12 had it (24 full-size programs a multiprocessor), beside
+    # 3.13's 16: smaller programs at 16-24 (``--geometries gqa8``: do launches whose k tiles
+    # hold 8 times a q tile's tokens want them there?).
+    "few-programs-24": {
+        "default": {}, "default-again": {}, "few-24": {"few_programs_per_sm": 24},
+    },
     # Tile choices measured while a tile of fewer than its tensor's heads divided by a
     # run-time head-block count (before 3.8), whose balance the constant divisors may move:
     # D = 256 / rotary 64 in two-warp programs of 8 rows or one-warp programs of 2, k tiles
@@ -211,10 +217,17 @@ def copy_arms(arms: str) -> dict[str, tuple[int, int | None] | None]:
     return {}
 
 
+# (q heads, k heads) at D = 128 whose full-size fused tiles put 8 times a q tile's tokens
+# in a k tile (1 and 2 k heads: (16,2) and (8,1) are in the shipped protocols, (32,4) is
+# Qwen3-30B-A3B's attention).
+GQA8_HEADS = ((8, 1), (16, 2), (32, 4))
+
+
 def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
     """Tiny under --quick; else the prefill protocol's D = 128 GQA geometries at each of
     ``tokens`` (``d128``), with DiT (``d128-dit``), DiT and every prefill geometry at each
-    of ``tokens`` (``goals``), or the qwen3-decode protocol's four geometries (``qwen3``)."""
+    of ``tokens`` (``goals``), the qwen3-decode protocol's four geometries (``qwen3``), or
+    the ``GQA8_HEADS`` geometries (``gqa8``)."""
     from qkbench.case import Geometry
 
     if quick:
@@ -227,6 +240,9 @@ def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Sha
     if geometries == "goals":
         return [dit_shape(), *(Shape(g, t, long_table) for t in tokens
                                for g in prefill.geometries)]
+    if geometries == "gqa8":
+        return [Shape(Geometry(f"gqa8-{hq}x{hk}", hq, hk, 128), t, long_table)
+                for t in tokens for hq, hk in GQA8_HEADS]
     d128 = [Shape(g, t, long_table) for g in prefill.geometries if g.head_dim == 128
             for t in tokens]
     return [dit_shape(), *d128] if geometries == "d128-dit" else d128
@@ -315,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visit", type=int, default=5)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--arms", choices=sorted(ARM_SETS), default="k-tiles")
-    parser.add_argument("--geometries", choices=("d128", "d128-dit", "goals", "qwen3"),
+    parser.add_argument("--geometries", choices=("d128", "d128-dit", "goals", "qwen3", "gqa8"),
                         default="d128")
     parser.add_argument("--cold", action="store_true",
                         help="each arm cycles over buffer sets sweeping twice the L2")

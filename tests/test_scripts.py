@@ -189,6 +189,20 @@ def test_l2_policy_bench_times_every_arm_in_one_schedule(tmp_path, capsys):
     assert all(len(v) == 2 for v in entry["us"].values())
 
 
+def test_l2_policy_gqa8_geometries_put_eight_times_a_q_tiles_tokens_in_a_k_tile():
+    from qkbench.kernels.plan import plan_pair
+
+    bench = script("bench_l2_policy")
+    shapes = bench.shapes(quick=False, tokens=[2048], geometries="gqa8")
+    assert [(s.geometry.heads_q, s.geometry.heads_k) for s in shapes] == [(8, 1), (16, 2),
+                                                                          (32, 4)]
+    for s in shapes:
+        g = s.geometry
+        q, k = plan_pair(s.tokens, g.heads_q, g.heads_k, g.head_dim, 2, torch.device("cpu"),
+                         spread=False)
+        assert k.block_t == 8 * q.block_t, (g.name, q, k)
+
+
 def test_l2_policy_quick_shape_runs_other_k_tiles_in_its_variant_arms():
     """The quick run exercises the rule past the L2: its arms plan different k tiles."""
     from qkbench.kernels import plan
