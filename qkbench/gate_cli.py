@@ -3,6 +3,7 @@ decisions are ``gate``'s, the commits' export ``refs``' and ``against``'s, the o
 ``gate_output``'s."""
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,7 @@ Exit codes:
      refused on reading (edited, damaged or malformed; unsigned while
      QKBENCH_SIGNING_KEY is set), a malformed --expect
   3  more inconclusive cases than --max-inconclusive, or no case judged
+  130, 143  interrupted (Ctrl-C), terminated (SIGTERM): no verdict
 """
 
 TIMING = timing("(--against only; default: the protocol's)")
@@ -131,6 +133,8 @@ def gate(
                      "--launch-state": launch_state, "--pass-timeout": pass_timeout,
                      "--tokens": tokens,
                      "--geometry": geometry, "--device": None if device == "auto" else device}
+    # A CI job cancelled (SIGTERM) ends like Ctrl-C: the ref's export removed, no verdict.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         if max_inconclusive < 0:
             raise GateError(f"--max-inconclusive must be >= 0, got {max_inconclusive}")
@@ -183,12 +187,23 @@ def gate(
     except QkbenchError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(USAGE) from None
-    except KeyboardInterrupt:
-        err.print("[red]interrupted:[/red] no verdict; the passes that finished are in the "
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        err.print(f"[red]{how}:[/red] no verdict; the passes that finished are in the "
                   "archive named above, if any (the ref's export is removed)",
                   highlight=False, soft_wrap=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(128 + signal.SIGTERM if isinstance(e, Terminated) else 130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(outcome.exit_code)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the gate runs so that it unwinds as from Ctrl-C."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 ONE_RUN = ("delta = candidate / baseline - 1 (mean log ratio over the balanced kept passes); "

@@ -385,3 +385,29 @@ def test_an_interrupted_gate_exits_130_and_removes_the_export(repo, tmp_path, mo
     assert result.exit_code == 130
     assert result.stderr.strip().splitlines()[-1].startswith("interrupted: no verdict")
     assert not seen["folder"].exists() and refs.ENV not in os.environ
+
+
+@interpreter_only
+def test_a_gate_ended_by_sigterm_exits_143_and_removes_the_export(repo, tmp_path):
+    import signal
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "TRITON_INTERPRET": "1"}
+    env.pop("QKBENCH_SIGNING_KEY", None)
+    proc = subprocess.Popen([sys.executable, "-c", "from qkbench.cli import app; app()", "gate",
+                             "--against", "same", "--repo", str(repo), "--protocol", QUICK,
+                             "--device", "cpu", "--out", str(tmp_path / "out")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    said = []
+    for line in proc.stderr:  # the sweep has started: the export is in place
+        said.append(line)
+        if line.startswith("archive: "):
+            break
+    assert any(p.name.startswith("qkbench-ref-") for p in scratch.iterdir()), said
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 143, rest
+    assert rest.strip().splitlines()[-1].startswith("terminated (SIGTERM): no verdict")
+    assert not [p for p in scratch.iterdir() if p.name.startswith("qkbench-ref-")]
