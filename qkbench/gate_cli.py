@@ -5,6 +5,7 @@ decisions are ``gate``'s, the commits' export ``refs``' and ``against``'s, the o
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
@@ -134,7 +135,9 @@ def gate(
                      "--tokens": tokens,
                      "--geometry": geometry, "--device": None if device == "auto" else device}
     # A CI job cancelled (SIGTERM) ends like Ctrl-C: the ref's export removed, no verdict.
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    # (Only the main thread may set a handler; elsewhere SIGTERM ends the process as ever.)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         if max_inconclusive < 0:
             raise GateError(f"--max-inconclusive must be >= 0, got {max_inconclusive}")
@@ -194,7 +197,8 @@ def gate(
                   highlight=False, soft_wrap=True)
         raise typer.Exit(128 + signal.SIGTERM if isinstance(e, Terminated) else 130) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -326,12 +330,14 @@ def _check_writable(path: Path) -> None:
     missing folders are made when it is written (as ``--out``'s are, e.g. ``results/gate``
     on a fresh checkout), so the nearest folder that exists must be writable."""
     folder = path.parent
-    while not folder.exists() and folder != folder.parent:
+    while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
     if path.is_dir():
         why = "it is a folder"
     elif path.exists():  # a file to replace or append to, or a device such as /dev/stdout
         why = None if os.access(path, os.W_OK) else "it is not writable"
+    elif folder.is_symlink() and not folder.exists():
+        why = f"{folder} is a link to nothing"
     elif not folder.is_dir():
         why = f"{folder} is a file, not a folder"
     else:

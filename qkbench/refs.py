@@ -161,9 +161,11 @@ def route(name: str):
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    # In the C locale: its messages are read (an ambiguous ref's warning).
+    env = {**os.environ, "LC_ALL": "C", "LANGUAGE": ""}
     try:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              timeout=120)
+                              timeout=120, env=env)
     except FileNotFoundError:
         raise GateError("--against needs git, which is not installed here") from None
     except subprocess.TimeoutExpired:
@@ -189,7 +191,9 @@ def commit_of(ref: str, top: Path) -> str:
     """The full sha of the commit ``ref`` names in the repository at ``top``; refused where
     git finds ``ref`` ambiguous (a branch and a tag of one name), which it would resolve
     by its own precedence, perhaps not to the commit meant."""
-    proc = _git(top, "rev-parse", "--verify", f"{ref}^{{commit}}")
+    # The warning on, whatever the user's git configuration says.
+    proc = _git(top, "-c", "core.warnAmbiguousRefs=true", "rev-parse", "--verify",
+                f"{ref}^{{commit}}")
     if proc.returncode != 0:
         raise GateError(f"--against {ref}: no such commit in {top} "
                         "(a branch, tag or sha that git rev-parse knows; in CI fetch it first, "

@@ -381,6 +381,23 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_meas
     assert_usage_error(invoke("--against", "HEAD", "--junit", str(under_a_file)),
                        f"{under_a_file}: cannot be written ({tmp_path / 'a-file'} is a file, "
                        "not a folder)")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    under_a_dangling_link = tmp_path / "dangling" / "junit.xml"
+    assert_usage_error(invoke("--against", "HEAD", "--junit", str(under_a_dangling_link)),
+                       f"{under_a_dangling_link}: cannot be written ({tmp_path / 'dangling'} "
+                       "is a link to nothing)")
+
+
+def test_the_gate_judges_from_a_thread_other_than_the_main_one(archive):
+    import threading
+
+    results = []
+    worker = threading.Thread(target=lambda: results.append(invoke(archive("base"))))
+    worker.start()
+    worker.join()
+    (result,) = results
+    assert result.exit_code == 0, result.output
+    assert last_line(result).startswith("gate: PASS")
 
 
 def test_a_report_file_s_missing_folders_are_made(archive, tmp_path):

@@ -341,6 +341,7 @@ def test_a_repo_given_as_a_folder_inside_it_exports_the_commits_kernels(repo):
 def test_a_ref_that_names_a_branch_and_a_tag_is_refused_naming_both_forms(repo, tmp_path):
     git(repo, "branch", "twin", "slow")
     git(repo, "tag", "twin", "same")
+    git(repo, "config", "core.warnAmbiguousRefs", "false")  # git's warning off: refused still
     try:
         assert_usage_error(gate(repo, "twin", tmp_path),
                            f"--against twin: ambiguous in {repo}", "refs/heads/twin",
@@ -348,6 +349,7 @@ def test_a_ref_that_names_a_branch_and_a_tag_is_refused_naming_both_forms(repo, 
         with refs.exported("refs/heads/twin", repo, ["fused"]) as export:
             assert export.commit == git(repo, "rev-parse", "slow")
     finally:
+        git(repo, "config", "--unset", "core.warnAmbiguousRefs")
         git(repo, "tag", "-d", "twin")
         git(repo, "branch", "-D", "twin")
 
