@@ -319,8 +319,8 @@ def _code(archive: dict, found: Findings) -> None:
             continue
         differ = env.code_differences(env.run_code(archive, p["index"]), p["code"])
         if differ:
-            resumed = any(r["after_passes"] <= p["index"] for r in resumes)
-            where = "the resume that ran it" if resumed else "the run's environment"
+            where = ("the resume that ran it" if env.resume_of(archive, p["index"]) else
+                     "the run's environment")
             found.problems.append(f"pass {p['index']}: ran other code than {where} records "
                                   f"({'; '.join(differ)})")
     found.notes += code_lines(archive)

@@ -88,12 +88,18 @@ def environment_code(environment: dict) -> dict:
             "harness_sha256": environment.get("harness_sha256")}
 
 
-def run_code(archive: dict, index: int) -> dict:
-    """The code pass ``index`` of a run archive had to run: the code of the resume that ran
-    it, if one did, else the code the run started with (``environment_code``)."""
+def resume_of(archive: dict, index: int) -> dict | None:
+    """The resume of a run archive that ran pass ``index``; None where the run's start did."""
     started = sorted((r for r in archive.get("resumed") or [] if r["after_passes"] <= index),
                      key=lambda r: r["after_passes"])
-    return started[-1]["code"] if started else environment_code(archive["environment"])
+    return started[-1] if started else None
+
+
+def run_code(archive: dict, index: int) -> dict:
+    """The code pass ``index`` of a run archive had to run: the code of the resume that ran
+    it (``resume_of``), else the code the run started with (``environment_code``)."""
+    resume = resume_of(archive, index)
+    return resume["code"] if resume else environment_code(archive["environment"])
 
 
 def code_differences(was: dict, now: dict) -> list[str]:

@@ -310,11 +310,11 @@ MAX_TENSOR_ELEMENTS = 2**31 - 1
 MAX_INPUT_BYTES = 8 * 2**30
 # Past these a value is a typo: a run's passes are held in memory to be summarised, and
 # torch takes a seed of 64 signed bits.
-MAX_PASSES = 600
+# A pass plans every sample of every arm before it starts, and every replacement rewrites
+# the archive.
+MAX_COUNTS = {"passes": 600, "warmup": 10**6, "samples": 10**6, "inner_reps": 10**4,
+              "retries": 10}
 MAX_SEED = 2**63 - 1
-# Past these a count is a typo too: a pass plans every sample of every arm before it
-# starts, and every replacement rewrites the archive.
-MAX_COUNTS = {"warmup": 10**6, "samples": 10**6, "inner_reps": 10**4, "retries": 10}
 # A protocol's name is part of its archives' file names: one plain word, never a path.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -387,7 +387,7 @@ def _check_semantics(p: Protocol, src: str) -> None:
     for name in ("passes", "samples", "inner_reps"):
         if getattr(t, name) < 1:
             raise ProtocolError(f"{src}: 'timing.{name}' must be >= 1, got {getattr(t, name)}")
-    for name, most in {"passes": MAX_PASSES, **MAX_COUNTS}.items():
+    for name, most in MAX_COUNTS.items():
         if getattr(t, name) > most:
             raise ProtocolError(f"{src}: 'timing.{name}' must be at most {most:,}, "
                                 f"got {getattr(t, name):,}")
