@@ -85,6 +85,15 @@ class Settings:
     # predicted. On the H100 (results/h100/2026-12-07-v313a) it costs +0.9 / +0.7 % at the
     # first two and +2.9 % hot, +4.4 % cold at (16,2) x 128 T = 4096 (a FAIL hot and cold).
     few_programs_per_sm: float = 16
+    # A launch whose full-size k tiles hold at least ``few_programs_k_ratio`` times a q
+    # tile's tokens (GQA of 8 q heads a k head at D = 128: q tiles of 1-4 tokens, k tiles
+    # of 8-32, run after every q tile, ``qk_grid``) takes the smaller programs below
+    # ``few_programs_k_ratio_scale`` times as many a multiprocessor (24; kernels 3.14). On
+    # the H200 smaller programs won at the two such cells read at 17.5 ((16,2) x 128
+    # T = 4096 cold -3.8 %, (8,1) x 128 T = 8192 -1.5 %) and lost at the three 1:4 ones
+    # at 17.5-23.3 (+4.1-5.7 % hot).
+    few_programs_k_ratio: int = 8
+    few_programs_k_ratio_scale: float = 1.5
     few_elems_per_program: int = 2048
     few_elems_per_warp: int = 512
     # A PDL launch of variant 1 (``pdl_variant``) keeps its full-size programs where they
@@ -322,15 +331,20 @@ def min_programs(device: torch.device) -> int:
 def few_programs(plans: tuple[TilePlan, TilePlan], device: torch.device, pdl: bool) -> bool:
     """Whether a launch of ``plans`` (not spread: ``plan_pair(spread=False)``) holds at
     least ``min_programs`` and fewer than ``Settings.few_programs_per_sm`` programs a
-    multiprocessor of ``device`` (never on the CPU, which spreads nothing), and is not a
-    PDL launch of variant 1 of at most ``Settings.few_programs_pdl_wave_warps_per_sm``
-    warps."""
+    multiprocessor of ``device`` (``few_programs_k_ratio_scale`` times as many where its k
+    tiles hold ``few_programs_k_ratio`` times a q tile's tokens; never on the CPU, which
+    spreads nothing), and is not a PDL launch of variant 1 of at most
+    ``Settings.few_programs_pdl_wave_warps_per_sm`` warps."""
     s = SETTINGS
     programs = sum(p.programs for p in plans)
     one_wave = (pdl and pdl_variant(*plans, device) == 1
                 and warps_per_sm(plans, device) <= s.few_programs_pdl_wave_warps_per_sm)
+    plan_q, plan_k = plans
+    wide_k = (s.few_programs_k_ratio
+              and plan_k.block_t >= s.few_programs_k_ratio * plan_q.block_t)
+    per_sm = s.few_programs_per_sm * (s.few_programs_k_ratio_scale if wide_k else 1)
     return (device.type == "cuda" and not one_wave
-            and min_programs(device) <= programs < s.few_programs_per_sm * _sms(device))
+            and min_programs(device) <= programs < per_sm * _sms(device))
 
 
 def plan_pair(tokens: int, heads_q: int, heads_k: int, width: int, element_size: int,

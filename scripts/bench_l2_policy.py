@@ -5,7 +5,7 @@ left behind.
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps
                 |larger-programs|few-programs|tiles-3.8|norm|rope|async-table|table-cached
-                |persistent|few-programs-24]
+                |persistent|k-ratio-cut]
         [--geometries d128|d128-dit|goals|qwen3|gqa8]
         [--cold] [--route fused|split]
 
@@ -158,11 +158,10 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "default": {}, "default-again": {}, "few-off": {"few_programs_per_sm": 0},
         "pdl": {"pdl": True}, "pdl-few-off": {"pdl": True, "few_programs_per_sm": 0},
     },
-    # The rule's cut as 3.11-3.12 had it (24 full-size programs a multiprocessor), beside
-    # 3.13's 16: smaller programs at 16-24 (``--geometries gqa8``: do launches whose k tiles
-    # hold 8 times a q tile's tokens want them there?).
-    "few-programs-24": {
-        "default": {}, "default-again": {}, "few-24": {"few_programs_per_sm": 24},
+    # 3.14's cut at 24 full-size programs a multiprocessor for launches whose k tiles hold
+    # 8 times a q tile's tokens, beside 3.13's 16 for every launch (``--geometries gqa8``).
+    "k-ratio-cut": {
+        "default": {}, "default-again": {}, "cut-16": {"few_programs_k_ratio": 0},
     },
     # Tile choices measured while a tile of fewer than its tensor's heads divided by a
     # run-time head-block count (before 3.8), whose balance the constant divisors may move:

@@ -50,9 +50,12 @@
 # -f kernels-3.12 611c76c && git bundle create v312.bundle kernels-3.12` and the
 # gate-few.toml above, with v312.bundle the only bundle in the root. `v313a` ran on
 # 2026-12-07 on an H100 and on the H200 (results/h{100,200}/2026-12-07-v313a/). Next:
-# `v313b` (3.13's cut at 16 against 3.12's 24 at launches whose k tiles hold 8 times a q
-# tile's tokens, (8,1), (16,2), (32,4) x 128 at T = 2048-8192, hot and cold: about two
-# minutes, no inputs), then `v312d`.
+# `v314a` (kernels 3.14, the cut at 24 for launches whose k tiles hold 8 times a q tile's
+# tokens: the bench's arms of 3.13's cut beside it, then 3.14 gated against 3.13, at (8,1),
+# (16,2), (32,4) x 128, T = 2048-8192, hot and cold: about five minutes; before it, here:
+# `git tag -f kernels-3.13 9a1e07a && git bundle create v313.bundle kernels-3.13` and
+# `cp results/h200/2026-12-07-v314a/gate-gqa8.toml .`, v313.bundle the only bundle in the
+# root), then `v312d`.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -65,7 +68,7 @@ large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 l2='python scripts/bench_l2_policy.py --rounds 24'
 smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a or v313b} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a or v314a} in
     v312a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
@@ -86,9 +89,11 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "timeout 50 $l2 --arms small-cached --geometries d128-dit --tokens 8192 --out \$WORK/small-cached-hot" \
         "timeout 50 $l2 --arms small-cached --geometries d128-dit --tokens 8192 --cold --out \$WORK/small-cached-cold" \
         "timeout 280 $sweep --protocol prefill --route split --route fused --cache cold --tokens 2048 --tokens 32768 --out \$WORK/prefill-cold-2048-32768.json.gz" ;;
-    v313b) bash "$here/gpu_jobs.sh" "$smi" \
-        "timeout 80 $l2 --arms few-programs-24 --geometries gqa8 --tokens 2048 4096 8192 --out \$WORK/few24-gqa8-hot" \
-        "timeout 80 $l2 --arms few-programs-24 --geometries gqa8 --tokens 2048 4096 8192 --cold --out \$WORK/few24-gqa8-cold" ;;
+    v314a) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 80 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --out \$WORK/k-ratio-cut-hot" \
+        "timeout 80 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --cold --out \$WORK/k-ratio-cut-cold" \
+        'git clone -q v313.bundle /tmp/r313 && timeout 150 qkbench gate --against kernels-3.13 --repo /tmp/r313 --protocol gate-gqa8.toml --route fused --device cuda --out $WORK/gate-hot' \
+        'timeout 150 qkbench gate --against kernels-3.13 --repo /tmp/r313 --protocol gate-gqa8.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' ;;
     v312d) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
         'timeout 60 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-dit.toml --route split --device cuda --out $WORK/gate' \

@@ -123,7 +123,8 @@ def test_a_launch_of_few_programs_takes_2048_element_programs_in_four_warps(
 
 @pytest.mark.parametrize("tokens, heads_q, heads_k, head_dim, rotary_dim", [
     (2048, 32, 8, 128, 128),  # 2560 programs, 19.4 a multiprocessor
-    (4096, 16, 2, 128, 128),  # 2304, 17.5
+    (1024, 64, 8, 128, 128),  # 2304, 17.5
+    (4096, 16, 8, 128, 128),  # 3072, 23.3
     (4096, 32, 8, 128, 128),  # 5120, 38.8
     (3973, 24, 24, 128, 128),  # DiT: 5964, 45
     (8192, 16, 2, 128, 128),  # 4608, 34.9
@@ -143,6 +144,32 @@ def test_the_few_programs_threshold_counts_the_full_size_programs():
         assert tiles(fused_plans(2048, 32, 8, 128, 128, H200)) == default
     with plan.use(few_programs_per_sm=2561 / 132):
         assert tiles(fused_plans(2048, 32, 8, 128, 128, H200)) != default
+
+
+@pytest.mark.parametrize("tokens, heads_q, heads_k, expected", [
+    # 2304 programs of 4096 elements, 17.5 a multiprocessor, whose k tiles hold 8 times a
+    # q tile's tokens: (2,16)/(16,2), (1,32)/(8,4), (4,8)/(32,1).
+    (4096, 16, 2, ((1, 16, 4), (8, 2, 4))), (2048, 32, 4, ((1, 16, 4), (4, 4, 4))),
+    (8192, 8, 1, ((2, 8, 4), (16, 1, 4)))])
+def test_a_launch_whose_k_tiles_hold_8_times_a_q_tiles_tokens_takes_the_smaller_programs_below_24(
+        tokens, heads_q, heads_k, expected):
+    assert tiles(fused_plans(tokens, heads_q, heads_k, 128, 128, H200)) == expected
+
+
+def test_the_k_ratio_threshold_counts_the_full_size_programs():
+    # 4096 tokens of (16,2): 2304 programs of 4096 elements, 17.5 a multiprocessor, 1:8.
+    default = ((2, 16, 4), (16, 2, 4))
+    with plan.use(few_programs_k_ratio_scale=2304 / 132 / 16):
+        assert tiles(fused_plans(4096, 16, 2, 128, 128, H200)) == default
+    with plan.use(few_programs_k_ratio_scale=2305 / 132 / 16):
+        assert tiles(fused_plans(4096, 16, 2, 128, 128, H200)) != default
+    with plan.use(few_programs_k_ratio=16):
+        assert tiles(fused_plans(4096, 16, 2, 128, 128, H200)) == default
+
+
+def test_the_few_programs_setting_at_zero_turns_the_k_ratio_cut_off_too():
+    with plan.use(few_programs_per_sm=0):
+        assert tiles(fused_plans(4096, 16, 2, 128, 128, H200)) == ((2, 16, 4), (16, 2, 4))
 
 
 @pytest.mark.parametrize("tokens, heads_q, heads_k", [
