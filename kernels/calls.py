@@ -24,6 +24,20 @@ OUTPUTS = ((Q_OUT, Q), (K_OUT, K))
 T = TypeVar("T")
 
 
+def mark_written(*named: tuple[str, torch.Tensor]) -> None:
+    """Count a write into the caller's tensors in their version counters, as torch's own
+    in-place ops count theirs (autograd then refuses a backward through a value it saved
+    before), and refuse, as they do, to write an inference tensor outside inference mode."""
+    if not torch.is_inference_mode_enabled():
+        for name, x in named:
+            if x.is_inference():
+                raise ValueError(f"{name} is an inference tensor, which is not written in "
+                                 "place outside torch.inference_mode() (torch's in-place ops "
+                                 "refuse it too); call under torch.inference_mode() or pass "
+                                 "a clone")
+    increment_version([x for _, x in named])
+
+
 @dataclass(frozen=True)
 class Resolved:
     """A validated call of one shape: its launches and what the per-call work needs."""
@@ -41,13 +55,11 @@ class Resolved:
         if check_positions:
             check_position_range(positions, self.max_pos)
         if self.inplace:
+            mark_written(("q", q), ("k", k))
             q_out, k_out = q, k
-        # A write into the caller's tensors is counted in their version counters, as torch's
-        # own in-place ops count theirs: autograd then refuses a backward through a value
-        # it saved before.
-        callers = [x for x in (q_out, k_out) if x is not None]
-        if callers:
-            increment_version(callers)
+        elif q_out is not None or k_out is not None:
+            mark_written(*((name, x) for name, x in (("q_out", q_out), ("k_out", k_out))
+                           if x is not None))
         if q_out is None:
             q_out = torch.empty_like(q)
         if k_out is None:

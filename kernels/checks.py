@@ -5,7 +5,8 @@ Nothing here launches a kernel; the checks turn the public arguments into the fl
 """
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from math import prod
 from numbers import Integral, Real
@@ -47,7 +48,7 @@ def check_device(name: str, x: torch.Tensor, device: torch.device, like: str = "
 
 
 def check_launchable(name: str, x: torch.Tensor) -> None:
-    if x.device.type != "cuda" and not interpreting():
+    if x.device.type != "cuda" and not (x.device.type == "cpu" and interpreting()):
         raise ValueError(
             f"{name} is on {x.device}: the Triton kernels run on a CUDA device, or on the "
             "CPU only under the interpreter (set TRITON_INTERPRET=1 before importing)"
@@ -266,6 +267,9 @@ def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
 
 
 def check_mrope_section(mrope_section: Sequence[int], rotary_dim: int) -> tuple[int, ...]:
+    if isinstance(mrope_section, (AbstractSet, Mapping)):  # no order to read lanes in
+        raise TypeError(f"mrope_section must be an ordered sequence of 3 ints, got "
+                        f"{type(mrope_section).__name__}")
     try:
         section = tuple(mrope_section)
     except TypeError:

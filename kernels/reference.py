@@ -21,7 +21,8 @@ def _weight(weight: torch.Tensor, weight_mode: str, dtype: torch.dtype) -> torch
 def _lane_cos_sin(positions: torch.Tensor, cos_sin_cache: torch.Tensor, lead: torch.Size,
                   rotary_dim: int, mrope_section: Sequence[int] | None, mrope_layout: str,
                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-lane cos and sin ``[*lead, 1, rotary_dim / 2]``: lane ``i`` of each token."""
+    """Per-lane cos and sin ``[*lead, 1, rotary_dim / 2]``: lane ``i`` of each token; NaN
+    where its position is outside the table, as the kernels write."""
     half = rotary_dim // 2
     if mrope_section is None:
         pos = positions.reshape(-1, 1).expand(-1, half)
@@ -31,7 +32,13 @@ def _lane_cos_sin(positions: torch.Tensor, cos_sin_cache: torch.Tensor, lead: to
         pos = positions.reshape(3, -1)[axes.long()].T  # [T, half]
     lanes = torch.arange(half, device=positions.device)
     table = cos_sin_cache.to(dtype)
-    cos, sin = table[pos.long(), lanes], table[pos.long(), half + lanes]
+    pos = pos.long()
+    valid = (pos >= 0) & (pos < table.shape[0])
+    if not table.shape[0]:  # no row to read even for the masked lanes
+        table = torch.full((1, table.shape[1]), torch.nan, dtype=dtype, device=table.device)
+    row = torch.where(valid, pos, 0)
+    cos, sin = (torch.where(valid, table[row, offset + lanes], torch.nan)
+                for offset in (0, half))
     return cos.reshape(*lead, 1, half), sin.reshape(*lead, 1, half)
 
 

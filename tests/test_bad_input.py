@@ -70,6 +70,10 @@ BAD = [
      r"mrope_section \[8, 8, 8\] sums to 24, expected rotary_dim / 2 = 32"),
     ("mrope-section-length", lambda i: {**_mrope(i), "mrope_section": (16, 16)}, ValueError,
      r"mrope_section must be 3 non-negative ints"),
+    ("mrope-section-set", lambda i: {**_mrope(i), "mrope_section": {8, 12, 4 + 8}}, TypeError,
+     r"mrope_section must be an ordered sequence of 3 ints, got set"),
+    ("mrope-section-dict", lambda i: {**_mrope(i), "mrope_section": {8: "t", 12: "h", 13: "w"}},
+     TypeError, r"mrope_section must be an ordered sequence of 3 ints, got dict"),
     ("mrope-positions-1d", lambda i: {"mrope_section": (8, 12, 12)}, ValueError,
      r"MRoPE positions .* must have shape \[3, 5\]"),
     ("mrope-layout", lambda i: {**_mrope(i), "mrope_layout": "zigzag"}, ValueError,
@@ -163,6 +167,12 @@ def test_positions_on_another_device_are_named(inputs, route):
         inputs.call(route, positions=inputs.positions.to("meta"))
 
 
+def test_tensors_on_the_meta_device_are_refused_under_the_interpreter_too():
+    x = torch.ones(2, 1, 64, device="meta")
+    with pytest.raises(ValueError, match=r"x is on meta: the Triton kernels run on a CUDA"):
+        rms_norm(x, torch.ones(64, device="meta"))
+
+
 def test_tensors_on_the_cpu_without_the_interpreter_are_refused(monkeypatch, inputs):
     from qkbench.kernels import checks
 
@@ -214,6 +224,33 @@ def test_an_in_place_write_under_what_autograd_saved_is_refused_at_backward(inpu
     assert q._version > version
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         saved.backward()
+
+
+@pytest.mark.parametrize("written", [{}, {"inplace": False, "k_out": "k"}],
+                         ids=["in-place", "into-k_out"])
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_an_inference_tensor_is_written_only_inside_inference_mode(inputs, route, written):
+    with torch.inference_mode():
+        q, k = inputs.q.clone(), inputs.k.clone()
+    options = {**written, "k_out": k} if written else {}
+    name = "k_out" if written else "q"
+    before = (q.clone(), k.clone())
+    with pytest.raises(ValueError, match=rf"{name} is an inference tensor, which is not "
+                                         r"written in place outside torch.inference_mode"):
+        inputs.with_qk(q, k).call(route, **options)
+    assert torch.equal(q, before[0]) and torch.equal(k, before[1])
+    with torch.inference_mode():
+        got = inputs.with_qk(q, k).call(route, **options)
+    assert got[1] is k and not torch.equal(k, before[1])
+
+
+def test_rms_norm_writes_an_inference_out_only_inside_inference_mode(inputs):
+    with torch.inference_mode():
+        out = torch.empty_like(inputs.q)
+    with pytest.raises(ValueError, match=r"out is an inference tensor"):
+        rms_norm(inputs.q, inputs.q_weight, out=out)
+    with torch.inference_mode():
+        assert rms_norm(inputs.q, inputs.q_weight, out=out) is out
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)

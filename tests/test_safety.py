@@ -7,7 +7,7 @@ import torch
 
 from qkbench.accuracy import bits
 from qkbench.case import Case, Geometry, make_inputs
-from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rope
+from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, reference, rope
 
 from conftest import gpu_only
 from helpers import assert_bit_identical
@@ -70,6 +70,36 @@ def test_an_out_of_range_mrope_axis_gives_nan_in_its_own_lanes_only(device):
     lanes[20:32] = lanes[52:64] = True
     assert q[1][:, lanes].isnan().all() and not q[1][:, ~lanes].isnan().any()
     assert not q[0].isnan().any() and not q[2].isnan().any()
+
+
+@pytest.mark.parametrize("geometry", [*GEOMETRIES, Geometry(
+    "mrope", 2, 1, 64, mrope_section=(8, 12, 12), inplace=False)], ids=lambda g: g.name)
+@pytest.mark.parametrize("definition", [reference.qk_norm_rope_reference,
+                                        reference.qk_norm_rope_oracle],
+                         ids=lambda f: f.__name__)
+def test_the_eager_definition_and_the_oracle_give_nan_where_the_kernels_do(geometry,
+                                                                          definition):
+    tokens = 2 * len(BAD) + 1
+    inputs = make_inputs(Case(geometry, tokens, max_position=MAX_POS), 0, "cpu")
+    pos = inputs.positions.clone().long()
+    if geometry.mrope_section:
+        pos[:, 1::2] = torch.tensor(BAD)[None, :]  # every axis of the odd tokens
+        pos[2, 2] = MAX_POS  # and one axis of an even one
+    else:
+        pos = bad_positions(inputs, tokens)
+    fused = run(qk_norm_rope, inputs, geometry, positions=pos)
+    expected = inputs.call(definition, positions=pos)
+    for name, f, e in zip("qk", fused, expected, strict=True):
+        assert torch.equal(f.isnan(), e.isnan()), name
+        assert f.isnan().any(), name
+
+
+def test_the_eager_definition_gives_nan_with_a_table_of_no_rows():
+    geometry = Geometry("g", 2, 1, 64, inplace=False)
+    inputs = make_inputs(Case(geometry, 2, max_position=MAX_POS), 0, "cpu")
+    q, _ = inputs.call(reference.qk_norm_rope_reference,
+                       cos_sin_cache=inputs.cos_sin_cache[:0])
+    assert q.isnan().all()
 
 
 def test_rope_alone_gives_nan_for_an_out_of_range_position(device):
