@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qkbench.gate import FAILING, REGRESSED, SKIPPED, UNDECIDED, Cell, Outcome, pct
+from qkbench.report import md_cell, md_row
 
 RESULT_STYLE = {REGRESSED: "bold red", "not met": "bold red", UNDECIDED: "yellow"}
 RESULT_WORD = {REGRESSED: "REGRESSED", "not met": "NOT MET", UNDECIDED: "inconclusive"}
@@ -52,23 +53,19 @@ def as_rich(outcome: Outcome, measure: str) -> Group:
                  Text(outcome.summary(), style=style))
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def as_markdown(outcome: Outcome, measure: str) -> str:
     """A PR comment or a CI job summary ($GITHUB_STEP_SUMMARY): the verdict first as a
     heading, the table, the notes, and the summary line last."""
     word = outcome.summary().split(",")[0].removeprefix("gate: ")
-    out = [f"### qkbench gate: {word}", "", f"_{_md(title(outcome, measure))}_", "",
-           "| " + " | ".join(headers(outcome)) + " |",
+    out = [f"### qkbench gate: {word}", "", f"_{md_cell(title(outcome, measure))}_", "",
+           md_row(headers(outcome)),
            "|" + "|".join("---" for _ in headers(outcome)) + "|"]
     for cell, row in zip(outcome.cells, rows(outcome), strict=True):
         if cell.result in (*FAILING, UNDECIDED):
             row = [*row[:7], f"**{row[7]}**", row[8]]
-        out.append("| " + " | ".join(_md(x) for x in row) + " |")
-    out += [""] + [f"- {_md(n)}" for n in outcome.notes]
-    out += ["", f"**{_md(outcome.summary())}**"]
+        out.append(md_row(row))
+    out += [""] + [f"- {md_cell(n)}" for n in outcome.notes]
+    out += ["", f"**{md_cell(outcome.summary())}**"]
     return "\n".join(out) + "\n"
 
 

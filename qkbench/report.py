@@ -424,12 +424,21 @@ def as_rich(archive: dict, wide: bool = False) -> Group:
     return Group(*parts)
 
 
+def md_cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a ``|`` in a name would start another."""
+    return text.replace("|", "\\|")
+
+
+def md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(md_cell(c) for c in cells) + " |"
+
+
 def as_markdown(archive: dict) -> str:
     out = [f"- {line}" for line in header_lines(archive)]
     for table in tables(archive):
-        out += ["", f"**{table.title}**", "", "| " + " | ".join(table.headers) + " |",
+        out += ["", f"**{table.title}**", "", md_row(table.headers),
                 "|" + "|".join("---" for _ in table.headers) + "|"]
-        out += ["| " + " | ".join(row) + " |" for row in table.rows]
+        out += [md_row(row) for row in table.rows]
     out += [""] + [f"- {line}" for line in
                    comparison_lines(archive) + not_supported(archive) + failures(archive)]
     return "\n".join(out) + "\n"

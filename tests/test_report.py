@@ -99,6 +99,15 @@ def test_markdown_keeps_every_column(h200):
     assert "| " + " | ".join(cells.headers) + " |" in report.as_markdown(h200)
 
 
+def test_a_name_holding_a_pipe_stays_one_markdown_cell(monkeypatch, h200):
+    table = report.Table("t", ["geometry", "T", "us"], [["a|b | c", "8", "1.25"]])
+    monkeypatch.setattr(report, "tables", lambda archive: [table])
+    row = next(line for line in report.as_markdown(h200).splitlines()
+               if line.startswith("| a"))
+    assert [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] == [
+        "a\\|b \\| c", "8", "1.25"]
+
+
 def test_a_table_too_wide_for_the_terminal_is_shown_in_parts_repeating_its_keys():
     table = report.Table("t", ["geometry", "T", *(f"column {i}" for i in range(8))],
                          [["a-rather-long-geometry-name", "32768",
