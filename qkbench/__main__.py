@@ -1,5 +1,5 @@
 """``python -m qkbench``: the ``qkbench`` command."""
 
-from qkbench.cli import app
+from qkbench.cli import run
 
-app()
+run()

@@ -16,7 +16,7 @@ from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
 from qkbench.options import cells, overridden, refuse_given, timing
-from qkbench.stdout import Stdout
+from qkbench.stdout import Stdout, stdout_refused
 
 STDOUT = Stdout()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -675,5 +675,18 @@ def export(
 app.command("gate", help=GATE_HELP)(gate)
 
 
+def run() -> None:
+    """The ``qkbench`` command: ``app``, with standard output's refusal anywhere (a full
+    disk, a reader that went away) one error line and exit 1, as each command reports it."""
+    try:
+        app()
+    except Exception as e:
+        refusal = stdout_refused(e)
+        if refusal is None:
+            raise
+        err.print(f"[red]error:[/red] {refusal}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    app()
+    run()

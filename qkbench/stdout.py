@@ -2,6 +2,7 @@
 runner swaps it), and a write the system refuses (a full disk, a reader that went away)
 raised as ``OutputError``, which the CLI reports in one line like any user error."""
 
+import errno
 import os
 import sys
 
@@ -34,9 +35,24 @@ def _guarded(call):
     try:
         return call()
     except OSError as e:
-        _discard_the_rest()
-        raise OutputError(f"standard output: {e.strerror or e}; the output is incomplete") \
-            from None
+        raise refused(e) from None
+
+
+def refused(e: OSError) -> OutputError:
+    """The error a write standard output refused with ``e`` is reported as (what was not
+    written is discarded)."""
+    _discard_the_rest()
+    return OutputError(f"standard output: {e.strerror or e}; the output is incomplete")
+
+
+def stdout_refused(e: BaseException) -> OutputError | None:
+    """``e`` as an ``OutputError`` where it is standard output's refusal (ours, or an
+    ``OSError`` of a write that did not come through ``Stdout``: click's help), else None."""
+    if isinstance(e, OutputError):
+        return e
+    if isinstance(e, OSError) and e.errno in (errno.EPIPE, errno.ENOSPC, errno.EIO):
+        return refused(e)
+    return None
 
 
 def _discard_the_rest() -> None:

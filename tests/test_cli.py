@@ -836,15 +836,17 @@ def test_python_m_qkbench_is_the_qkbench_command():
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-@pytest.mark.parametrize(("command", "code"), [("report", 1), ("export --csv", 1),
-                                               ("gate", 2)])
+@pytest.mark.parametrize(("command", "code"), [
+    ("report {}", 1), ("export --csv {}", 1), ("gate {}", 2), ("audit {}", 1),
+    ("crossover {}", 1), ("env --device cpu", 1), ("--help", 1), ("--version", 1)])
 def test_output_refused_by_a_full_disk_is_one_line_and_gate_never_reads_it_as_a_regression(
         smoke_sweep, command, code):
     import sys
 
     path, _ = smoke_sweep
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "qkbench", *command.split(), str(path)],
+        done = subprocess.run([sys.executable, "-m", "qkbench",
+                               *command.format(path).split()],
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == code, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
