@@ -62,6 +62,23 @@ def test_the_summary_line_counts_false_verdicts_and_resolved_effects(unbiased):
                     "(4/4 of those larger than their cell's width)")
 
 
+def test_an_unstable_planted_cell_is_counted_apart_as_an_unstable_a_a_cell_is(unbiased,
+                                                                             monkeypatch):
+    def one_planted_cell_unstable(archive):
+        summary = copy.deepcopy(current(archive))
+        if archive is unbiased["planted"]:
+            summary["comparisons"][0]["cases"][0]["effect"].update(
+                estimate=None, width=None, verdict="unstable")
+        return summary
+
+    monkeypatch.setattr(calibration, "current", one_planted_cell_unstable)
+    result = calibration.summarize(unbiased["aa"], unbiased["planted"])
+    assert calibration.summary_line(result) == (
+        f"calibrate {ROUTE}: false verdicts 0/2, planted effects resolved 3/3 (3/3 of those "
+        "larger than their cell's width); cells without an estimate: 1 planted")
+    assert not calibration.failures(result)
+
+
 def test_a_first_slot_bias_gives_no_false_verdict(tmp_path):
     runs = calibrate(tmp_path, first_bias=0.05)
     result = calibration.summarize(runs["aa"], runs["planted"])
@@ -158,7 +175,7 @@ def test_a_machine_on_which_every_cell_is_unstable_fails_calibration_proving_not
     runs = calibrate(tmp_path, order_null_bias={("B", "A", "A'"): 0.03})
     result = report_from(tmp_path, runs["aa"], runs["planted"])
     assert_one_error(result, f"calibrate {ROUTE}: false verdicts 0/0, planted effects resolved "
-                     "0/4 (0/0 of those larger than their cell's width); cells without an "
+                     "0/0 (0/0 of those larger than their cell's width); cells without an "
                      "estimate: 2 A/A, 4 planted: no A/A cell had an estimate, so none could "
                      "be judged; no planted cell had an estimate, so none could be resolved")
 
@@ -169,8 +186,8 @@ def test_a_planted_run_with_no_cell_estimated_fails_calibration_proving_nothing(
                               tmp_path / "planted.json.gz",
                               order_null_bias={("B", "A", "A'"): 0.03})
     assert_one_error(report_from(tmp_path, unbiased["aa"], planted),
-                     f"calibrate {ROUTE}: false verdicts 0/2, planted effects resolved 0/4 "
-                     "(0/4 of those larger than their cell's width); cells without an "
+                     f"calibrate {ROUTE}: false verdicts 0/2, planted effects resolved 0/0 "
+                     "(0/0 of those larger than their cell's width); cells without an "
                      "estimate: 4 planted: no planted cell had an estimate, so none could be "
                      "resolved")
 
