@@ -112,21 +112,24 @@ def examine(archive: dict, key: bytes | None = None) -> Findings:
 
 
 def read_checked(path: Path) -> dict:
-    """An archive read to be reported or judged, refused (ArchiveError) where its digests
-    say it was edited or damaged since it was written (a signed one is checked where
-    ``QKBENCH_SIGNING_KEY`` is set), where its header does not follow from its protocol, or
-    where its passes cannot be summarised: what it shows could then be anything. Stops at
-    the first problem; ``audit`` lists every one. Its summary is read with ``current``."""
+    """An archive read to be reported or judged, refused (ArchiveError) where ``audit``
+    finds a problem (its digests, a signed one's where ``QKBENCH_SIGNING_KEY`` is set; its
+    protocol and header; its structure; its summaries recomputed) or its passes cannot be
+    summarised: what it shows could then be anything. Names the first problem; ``audit``
+    lists every one. Its summary is read with ``current``."""
     run = archives.read(path)
-    problems = (digest_problems(run, seal.signing_key() if seal.is_signed(run) else None)
-                + header_problems(run))
+    key = seal.signing_key() if seal.is_signed(run) else None
+    # The digests and the header first: an edit is named as one before what it broke.
+    problems = digest_problems(run, key) + header_problems(run)
+    if not problems:
+        try:
+            current(run)
+        except ArchiveError as e:
+            raise ArchiveError(f"{path}: {e}") from None
+        problems = examine(run, key).problems
     if problems:
         raise ArchiveError(f"{path}: {problems[0]} (qkbench audit {path} lists every "
                            "problem)")
-    try:
-        current(run)
-    except ArchiveError as e:
-        raise ArchiveError(f"{path}: {e}") from None
     return run
 
 

@@ -278,6 +278,27 @@ def test_a_resealed_archive_with_a_sample_no_clock_gives_is_refused_naming_it(
         read_checked(path)
 
 
+def test_report_refuses_a_resealed_archive_whose_protocol_text_was_edited(smoke_archive,
+                                                                          tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["protocol"]["text"] += "\n# an edit\n"
+    path = write_json(tmp_path / "run.json", reseal(edited))
+    with pytest.raises(ArchiveError, match=re.escape(
+            f"{path}: protocol: text does not match its sha256 (qkbench audit")):
+        read_checked(path)
+
+
+def test_report_refuses_a_resealed_archive_with_a_pass_given_twice(smoke_archive, tmp_path):
+    edited = copy.deepcopy(smoke_archive)
+    edited["passes"].append(copy.deepcopy(edited["passes"][0]))
+    path = write_json(tmp_path / "run.json", reseal(edited))
+    assert audit(archives.read(path))
+    result = CliRunner().invoke(app, ["report", str(path)])
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: ") and "qkbench audit" in line
+
+
 def test_report_refuses_an_archive_whose_pass_was_edited_in_one_line(smoke_archive, tmp_path):
     edited = copy.deepcopy(smoke_archive)
     edited["passes"][1]["pid"] += 1
