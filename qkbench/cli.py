@@ -398,7 +398,8 @@ def _stopped_note(run: dict, archive: Path) -> str | None:
 def report_cmd(
     archive: ArchiveArg,
     format: Annotated[str, typer.Option(
-        help="rich, markdown or json (the run's header and its summary)")] = "rich",
+        help="rich, markdown or json (the run's header, its summary and the lines the other "
+             "formats print beside their tables)")] = "rich",
     wide: Annotated[bool, typer.Option(
         "--wide",
         help="rich: every column of the per-cell table (kept, width, copy, share of copy "
@@ -429,8 +430,8 @@ def report_cmd(
         elif format == "markdown":
             STDOUT.write(report.as_markdown(run))
         else:
-            STDOUT.write(json.dumps({"header": report.header(run), "summary": current(run)},
-                                    indent=1) + "\n")
+            STDOUT.write(json.dumps({"header": report.header(run), "summary": current(run),
+                                     "lines": report.lines(run)}, indent=1) + "\n")
         STDOUT.flush()
         if plot is not None:
             from qkbench.plots import archive_stem

@@ -413,14 +413,23 @@ class Fitted:
         yield from self.render(options.max_width)
 
 
+def lines(archive: dict) -> dict[str, list[str]]:
+    """What every rendering says beside the tables: the header (the run, its code, its
+    limits), each comparison's drops, widths and bands (and how the baseline reads beside
+    each candidate), the n/s cells and why, and the failed passes and invalid routes."""
+    return {"header": header_lines(archive), "comparisons": comparison_lines(archive),
+            "not_supported": not_supported(archive), "failures": failures(archive)}
+
+
 def as_rich(archive: dict, wide: bool = False) -> Group:
     """The report for a terminal: the compact per-cell columns (geometry, T, times, delta,
     interval, verdict), or every column when ``wide``; never a cut name or number."""
-    parts = [Text(line) for line in header_lines(archive)]
+    said = lines(archive)
+    parts = [Text(line) for line in said["header"]]
     for table in tables(archive):
         parts.append(Fitted(table, None if wide else table.compact))
-    parts += [Text(line) for line in comparison_lines(archive) + not_supported(archive)]
-    parts += [Text(line, style="red") for line in failures(archive)]
+    parts += [Text(line) for line in said["comparisons"] + said["not_supported"]]
+    parts += [Text(line, style="red") for line in said["failures"]]
     return Group(*parts)
 
 
@@ -434,13 +443,14 @@ def md_row(cells: list[str]) -> str:
 
 
 def as_markdown(archive: dict) -> str:
-    out = [f"- {line}" for line in header_lines(archive)]
+    said = lines(archive)
+    out = [f"- {line}" for line in said["header"]]
     for table in tables(archive):
         out += ["", f"**{table.title}**", "", md_row(table.headers),
                 "|" + "|".join("---" for _ in table.headers) + "|"]
         out += [md_row(row) for row in table.rows]
     out += [""] + [f"- {line}" for line in
-                   comparison_lines(archive) + not_supported(archive) + failures(archive)]
+                   said["comparisons"] + said["not_supported"] + said["failures"]]
     return "\n".join(out) + "\n"
 
 

@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 import qkbench
+from qkbench import report
 from qkbench.cli import app, archive_path
 
 from conftest import interpreter_only, pythonpath_with
@@ -178,6 +179,16 @@ def test_report_json_prints_the_archived_summary_beside_the_runs_header(smoke_sw
                                   "sha256": smoke_archive["protocol"]["sha256"],
                                   "cells_picked": None}
     assert (header["cache"], header["launch_state"]) == ("hot", "as-found")
+
+
+def test_report_json_holds_every_line_the_other_formats_print_beside_their_tables(
+        smoke_sweep, smoke_archive):
+    path, _ = smoke_sweep
+    printed = json.loads(invoke("report", str(path), "--format", "json").stdout)["lines"]
+    rich = invoke("report", str(path)).stdout
+    said = [line for part in printed.values() for line in part]
+    assert printed["comparisons"] and all(line in rich for line in said)
+    assert printed == report.lines(smoke_archive)
 
 
 def test_report_rich_shows_the_cpu_caveat(smoke_sweep):
