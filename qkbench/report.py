@@ -332,8 +332,10 @@ class Fitted:
         t = self.table
         cells = [row[i] for row in t.rows]
         body = max([1, *map(cell_len, cells)])
+        # A key (a geometry's name) may wrap at its spaces too: it is repeated in every
+        # part, so one too long for the terminal would leave no room beside it.
         words = t.headers[i].split() + ([w for c in cells for w in c.split()]
-                                         if i in t.wrap else cells)
+                                         if i in t.wrap or i < t.keys else cells)
         return max(body, cell_len(t.headers[i])), body, max([1, *map(cell_len, words)])
 
     def _parts(self, width: int) -> list[list[int]]:

@@ -99,6 +99,17 @@ def test_markdown_keeps_every_column(h200):
     assert "| " + " | ".join(cells.headers) + " |" in report.as_markdown(h200)
 
 
+def test_a_key_with_spaces_too_long_for_the_terminal_wraps_leaving_room_beside_it():
+    name = "a geometry named at length " * 3
+    table = report.Table("t", ["geometry", "T", "us", "delta"],
+                         [[name.strip(), "32768", "33534.43", "-0.71%"]], keys=2)
+    console = Console(width=60, file=StringIO(), color_system=None)
+    console.print(report.Fitted(table))
+    shown = console.file.getvalue()
+    assert all(number in shown for number in ("32768", "33534.43", "-0.71%")), shown
+    assert all(word in shown.split() for word in name.split())
+
+
 def test_a_name_holding_a_pipe_stays_one_markdown_cell(monkeypatch, h200):
     table = report.Table("t", ["geometry", "T", "us"], [["a|b | c", "8", "1.25"]])
     monkeypatch.setattr(report, "tables", lambda archive: [table])
