@@ -91,7 +91,9 @@ class Settings:
     # ``few_programs_k_ratio_scale`` times as many a multiprocessor (24; kernels 3.14). On
     # the H200 smaller programs won at the two such cells read at 17.5 ((16,2) x 128
     # T = 4096 cold -3.8 %, (8,1) x 128 T = 8192 -1.5 %) and lost at the three 1:4 ones
-    # at 17.5-23.3 (+4.1-5.7 % hot).
+    # at 17.5-23.3 (+4.1-5.7 % hot). Gated against 3.13 on an H100
+    # (results/h100/2026-12-07-v314a): faster at all three such cells of T = 2048-8192,
+    # 2.4-5.6 % hot and 1.9-4.1 % cold; not yet on the H200.
     few_programs_k_ratio: int = 8
     few_programs_k_ratio_scale: float = 1.5
     few_elems_per_program: int = 2048
