@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
@@ -23,8 +24,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"show_default": True},
                   help="Null-arm microbenchmarks of fused QK RMSNorm + RoPE.")
 # Not a terminal: plain text, and wide enough that tables are not squeezed.
-out = Console(file=STDOUT, width=None if sys.stdout.isatty() else 220)
-err = Console(stderr=True)
+# No markup: what is printed holds the user's text (route, geometry and file names), which
+# rich would read as markup ("[/x]": an error of its own); styled labels use ``labelled``.
+out = Console(file=STDOUT, width=None if sys.stdout.isatty() else 220, markup=False)
+err = Console(stderr=True, markup=False)
+
+
+def labelled(label: str, text: str) -> Text:
+    """``label: text``, the label in red."""
+    return Text.assemble((f"{label}:", "red"), f" {text}")
 
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present, else CPU), cuda, cpu")]
 ArchiveArg = Annotated[Path, typer.Argument(metavar="ARCHIVE",
@@ -85,7 +93,7 @@ def _resumed(path: Path) -> dict:
 
 
 def _fail(e: QkbenchError) -> None:
-    err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    err.print(labelled("error", str(e)), soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -273,7 +281,7 @@ def sweep(
     except KeyboardInterrupt:
         said = (f"finished passes are in {path}; continue with: qkbench sweep --resume "
                 f"--out {path}" if path is not None else "no archive was written yet")
-        err.print(f"[red]interrupted:[/red] {said}", highlight=False, soft_wrap=True)
+        err.print(labelled("interrupted", said), soft_wrap=True)
         raise typer.Exit(130) from None
 
 
@@ -343,8 +351,8 @@ def calibrate(
                 try:
                     runs[kind] = _swept(p, dev, paths[kind])
                 except KeyboardInterrupt:
-                    err.print(f"[red]interrupted:[/red] {_calibration_left(paths, kind)}",
-                              highlight=False, soft_wrap=True)
+                    err.print(labelled("interrupted", _calibration_left(paths, kind)),
+                              soft_wrap=True)
                     raise typer.Exit(130) from None
                 err.print(f"archive ({kind}): {paths[kind]}", highlight=False, soft_wrap=True)
                 reason = runner.stopped(p, runs[kind])
@@ -544,10 +552,10 @@ def audit(archive: ArchiveArg) -> None:
         err.print(f"note: {note}", highlight=False, soft_wrap=True)
     if found.problems:
         for p in found.problems[:20]:
-            err.print(f"[red]mismatch:[/red] {p}", highlight=False, soft_wrap=True)
+            err.print(labelled("mismatch", p), soft_wrap=True)
         if len(found.problems) > 20:
             err.print(f"... and {len(found.problems) - 20} more", highlight=False)
-        err.print(f"[red]audit failed:[/red] {len(found.problems)} problem(s) in {archive}",
+        err.print(labelled("audit failed", f"{len(found.problems)} problem(s) in {archive}"),
                   soft_wrap=True)
         raise typer.Exit(1)
     out.print(f"audit ok: {archive} (summaries recomputed from the raw samples match; "
@@ -685,7 +693,7 @@ def run() -> None:
         refusal = stdout_refused(e)
         if refusal is None:
             raise
-        err.print(f"[red]error:[/red] {refusal}", highlight=False, soft_wrap=True)
+        err.print(labelled("error", str(refusal)), soft_wrap=True)
         sys.exit(1)
 
 

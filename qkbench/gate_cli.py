@@ -125,7 +125,7 @@ def gate(
     tokens: CELLS.tokens = None,
     geometry: CELLS.geometry = None,
 ) -> None:
-    from qkbench.cli import _device, err, out
+    from qkbench.cli import _device, err, labelled, out
 
     sweep_options = {"--route": route, "--protocol": protocol, "--out": out_dir,
                      "--passes": passes, "--warmup": warmup, "--samples": samples,
@@ -188,13 +188,13 @@ def gate(
         # Inside the try: output that cannot be written is exit 2, never read as a regression.
         out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
     except QkbenchError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err.print(labelled("error", str(e)), soft_wrap=True)
         raise typer.Exit(USAGE) from None
     except KeyboardInterrupt as e:
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-        err.print(f"[red]{how}:[/red] no verdict; the passes that finished are in the "
-                  "archive named above, if any (the ref's export is removed)",
-                  highlight=False, soft_wrap=True)
+        err.print(labelled(how, "no verdict; the passes that finished are in the archive "
+                           "named above, if any (the ref's export is removed)"),
+                  soft_wrap=True)
         raise typer.Exit(128 + signal.SIGTERM if isinstance(e, Terminated) else 130) from None
     finally:
         if main:

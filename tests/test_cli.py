@@ -107,6 +107,7 @@ def test_bad_protocol_file_fails_naming_file_key_and_expected_type(tmp_path, old
 @pytest.mark.parametrize(("route", "reason"), [
     ("nosuch", "unknown route 'nosuch'"),
     ("no_such_module_here:op", "route 'no_such_module_here:op' cannot be loaded"),
+    ("[/red]", "unknown route '[/red]'"),  # printed as written, never read as markup
 ])
 def test_unknown_route_fails_in_one_line_before_any_archive(tmp_path, route, reason):
     out = tmp_path / "run.json"
