@@ -18,6 +18,7 @@ import tomllib
 from qkbench.case import DTYPES, Case, Geometry
 from qkbench.errors import ProtocolError, RouteError
 from qkbench.kernels.checks import (
+    FLOAT32_MAX,
     STYLES,
     WEIGHT_MODES,
     check_choice,
@@ -352,6 +353,9 @@ def _check_values(p: Protocol, src: str) -> None:
         raise ProtocolError(f"{src}: 'max_position' must be >= 1, got {p.max_position}")
     if not (math.isfinite(p.eps) and p.eps > 0):
         raise ProtocolError(f"{src}: 'eps' must be finite and > 0, got {p.eps}")
+    if p.eps > FLOAT32_MAX:  # the kernels add it in float32
+        raise ProtocolError(f"{src}: 'eps' must be finite in float32 (at most "
+                            f"{FLOAT32_MAX:.4g}), got {p.eps}")
     if not (math.isfinite(p.dispatch_margin) and p.dispatch_margin >= 0):
         raise ProtocolError(f"{src}: 'dispatch_margin' must be finite and >= 0, "
                             f"got {p.dispatch_margin}")

@@ -204,6 +204,9 @@ def planted_every(name: str) -> int | None:
         return None
     if not (every.isascii() and every.isdigit()) or int(every) < 1:
         raise RouteError(f"route {name!r}: N in '+1/N' must be an integer >= 1")
+    if planted_every(base) is not None:  # a second plant would replace the first's
+        raise RouteError(f"route {name!r}: a route takes one planted effect '+1/N', and "
+                         f"{base!r} has one already")
     return int(every)
 
 
