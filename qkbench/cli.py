@@ -572,7 +572,7 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
 
     One line per case as it is checked: each route ok, WRONG or n/s (not supported), and why.
     """
-    failed = unsupported = 0
+    failed = unsupported = checked = 0
     try:
         dev = _device(device)
         proto = overridden(_protocol(protocol, dev), tokens=tokens, geometries=geometry)
@@ -595,6 +595,7 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
             words = [status_word(checks[r.name]) for r in routes]
             failed += words.count("WRONG")
             unsupported += words.count("n/s")
+            checked += len(words)
             out.print(f"{case.key}: " + "; ".join(f"{r.name} {describe(checks[r.name])}"
                                                   for r in routes),
                       highlight=False, soft_wrap=True)
@@ -602,6 +603,10 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
         _fail(e)
     if failed:
         err.print(f"verify failed: {failed} route check(s) WRONG", highlight=False)
+        raise typer.Exit(1)
+    if unsupported == checked:
+        err.print(f"verify failed: nothing was verified: all {checked} check(s) n/s (not "
+                  "supported by their route)", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     err.print("verify ok: every route meets the oracle and its exactness group"
               + (f" ({unsupported} check(s) n/s: not supported by that route)"

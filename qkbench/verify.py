@@ -8,6 +8,8 @@ recorded as ``{"ok": False, "unsupported": reason}``: not timed, and reported "n
 
 from collections.abc import Sequence
 
+import torch
+
 from qkbench.accuracy import TOLERANCE, differing_share, oracle_error, within_tolerance
 from qkbench.case import Inputs, fresh_copy
 from qkbench.kernels import reference
@@ -23,7 +25,7 @@ def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, 
             continue
         run = inputs.with_qk(fresh_copy(inputs.q), fresh_copy(inputs.k))
         try:
-            outputs[route.name] = run.call(route.op, inplace=inplace)
+            outputs[route.name] = _outputs(run.call(route.op, inplace=inplace), inputs)
         except NotSupported as e:
             report[route.name] = {"ok": False, "unsupported": str(e)}
             continue
@@ -46,6 +48,20 @@ def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, 
             entry["ok"] = entry["ok"] and max(shares) == 0.0
         report[route.name] = entry
     return report
+
+
+def _outputs(result: object, inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """A route's result as its q and k outputs, refused (a wrong route) where it is not a
+    pair of tensors shaped as q and k."""
+    if not (isinstance(result, Sequence) and len(result) == 2
+            and all(isinstance(t, torch.Tensor) for t in result)):
+        raise TypeError(f"a route returns its q and k outputs, a pair of tensors; got "
+                        f"{type(result).__name__}")
+    for name, out, x in zip("qk", result, (inputs.q, inputs.k), strict=True):
+        if out.shape != x.shape:
+            raise ValueError(f"its {name} output is shaped {tuple(out.shape)}, not as {name} "
+                             f"{tuple(x.shape)}")
+    return result[0], result[1]
 
 
 def status_word(check: dict) -> str:

@@ -256,6 +256,27 @@ def test_verify_says_n_s_for_an_unsupported_case_and_exits_0(fake_routes):
     assert "2 check(s) n/s" in result.stderr
 
 
+@interpreter_only
+def test_verify_of_nothing_but_unsupported_checks_exits_1(fake_routes):
+    result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route",
+                    "fake_routes:supports_nothing")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "verify failed: nothing was verified: all 2 check(s) n/s (not supported by their "
+        "route)")
+
+
+@interpreter_only
+def test_verify_calls_a_route_returning_no_tensors_wrong_in_words(fake_routes):
+    result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route", "split",
+                    "--route", "fake_routes:returns_garbage")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    for line in result.stdout.splitlines():
+        assert ("fake_routes:returns_garbage WRONG (raised TypeError: a route returns its q "
+                "and k outputs, a pair of tensors; got int)") in line
+    assert "verify failed: 2 route check(s) WRONG" in result.stderr
+
+
 def test_version_prints_the_package_version():
     result = invoke("--version")
     assert result.exit_code == 0
