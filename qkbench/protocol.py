@@ -174,9 +174,7 @@ class Protocol:
         if geometries:
             proto = _selecting(proto, geometries)
         if proto is not whole:  # a band the pick left without a cell goes
-            kept = [b for old, b in zip(whole.bands, proto.bands, strict=True)
-                    if _holds_any(b, proto) or not _holds_any(old, whole)]
-            proto = replace(proto, bands=tuple(kept))
+            proto = replace(proto, bands=tuple(b for b in proto.bands if _holds_any(b, proto)))
         _check_semantics(proto, "overrides")
         return proto
 
@@ -379,6 +377,12 @@ def _check_values(p: Protocol, src: str) -> None:
         if b.tokens_min is not None and b.tokens_max is not None and b.tokens_min > b.tokens_max:
             raise ProtocolError(f"{src}: band[{i}] ({b.name!r}): 'tokens_min' ({b.tokens_min}) "
                                 f"is above 'tokens_max' ({b.tokens_max}), so it holds no cell")
+        if b.geometries is not None:
+            _distinct(src, f"band[{i}] ({b.name!r}): 'geometries' repeat", list(b.geometries))
+        if not _holds_any(b, p):
+            raise ProtocolError(f"{src}: band[{i}] ({b.name!r}) holds no cell of the protocol's "
+                                f"(tokens {list(p.tokens)}, geometries "
+                                f"{[g.name for g in p.geometries]}): a row of nothing")
 
 
 def _distinct(src: str, what: str, names: list) -> None:

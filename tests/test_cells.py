@@ -83,11 +83,10 @@ tokens_min = 4096
 """
 
 
-def test_a_band_that_held_no_cell_before_any_pick_stays_and_its_record_rebuilds():
-    whole = parse(EMPTY_BAND)
-    assert rebuild(recorded(whole)).resolved() == whole.resolved()
-    picked = whole.with_overrides(geometries=["b"])
-    assert "none of its cells" in [b.name for b in picked.bands]
+def test_a_band_that_holds_no_cell_of_the_protocol_is_refused_at_load():
+    with pytest.raises(ProtocolError, match=r"band\[3\] \('none of its cells'\) holds no cell "
+                                            r"of the protocol's \(tokens \[1, 4\]"):
+        parse(EMPTY_BAND)
 
 
 def test_the_protocols_own_token_counts_in_another_order_are_no_pick():
@@ -223,3 +222,9 @@ def test_an_unknown_geometry_fails_in_one_line_before_anything_runs(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "error: --geometry names no geometry 'c' of protocol 'two' (it has a, b)"]
     assert not (tmp_path / "run.json").exists()
+
+
+def test_a_band_naming_a_geometry_twice_is_refused():
+    with pytest.raises(ProtocolError, match=r"band\[3\] \('twice'\): 'geometries' repeat "
+                                            r"\['a', 'a'\]"):
+        parse(TWO + '\n[[band]]\nname = "twice"\ngeometries = ["a", "a"]\n')
