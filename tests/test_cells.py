@@ -225,6 +225,6 @@ def test_an_unknown_geometry_fails_in_one_line_before_anything_runs(tmp_path):
 
 
 def test_a_band_naming_a_geometry_twice_is_refused():
-    with pytest.raises(ProtocolError, match=r"band\[3\] \('twice'\): 'geometries' repeat "
+    with pytest.raises(ProtocolError, match=r"band\[3\] \('twice'\): 'geometries' repeat: "
                                             r"\['a', 'a'\]"):
         parse(TWO + '\n[[band]]\nname = "twice"\ngeometries = ["a", "a"]\n')
