@@ -56,7 +56,7 @@
 # `git tag -f kernels-3.13 9a1e07a && git bundle create v313.bundle kernels-3.13` and
 # `cp results/h200/2026-12-07-v314a/gate-gqa8.toml .`, v313.bundle the only bundle in the
 # root), then `v312d`. `v314a` ran on an H100 on 2026-12-07 (results/h100/2026-12-07-v314a/;
-# the H200 refused ten asks that session); its H200 run is still the next call.
+# the H200 refused thirteen asks that session); its H200 run is still the next call.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
