@@ -34,6 +34,11 @@ def labelled(label: str, text: str) -> Text:
     """``label: text``, the label in red."""
     return Text.assemble((f"{label}:", "red"), f" {text}")
 
+
+def say_error(e: Exception) -> None:
+    """The one line an error a user can mend is reported in."""
+    err.print(labelled("error", str(e)), soft_wrap=True)
+
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present, else CPU), cuda, cpu")]
 ArchiveArg = Annotated[Path, typer.Argument(metavar="ARCHIVE",
                                             help="a run archive (.json or .json.gz)")]
@@ -93,7 +98,7 @@ def _resumed(path: Path) -> dict:
 
 
 def _fail(e: QkbenchError) -> None:
-    err.print(labelled("error", str(e)), soft_wrap=True)
+    say_error(e)
     raise typer.Exit(1)
 
 
@@ -698,7 +703,7 @@ def run() -> None:
         refusal = stdout_refused(e)
         if refusal is None:
             raise
-        err.print(labelled("error", str(refusal)), soft_wrap=True)
+        say_error(refusal)
         sys.exit(1)
 
 

@@ -125,7 +125,7 @@ def gate(
     tokens: CELLS.tokens = None,
     geometry: CELLS.geometry = None,
 ) -> None:
-    from qkbench.cli import _device, err, labelled, out
+    from qkbench.cli import _device, err, labelled, out, say_error
 
     sweep_options = {"--route": route, "--protocol": protocol, "--out": out_dir,
                      "--passes": passes, "--warmup": warmup, "--samples": samples,
@@ -188,7 +188,7 @@ def gate(
         # Inside the try: output that cannot be written is exit 2, never read as a regression.
         out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
     except QkbenchError as e:
-        err.print(labelled("error", str(e)), soft_wrap=True)
+        say_error(e)
         raise typer.Exit(USAGE) from None
     except KeyboardInterrupt as e:
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
