@@ -150,7 +150,7 @@ def out_rows(name: str, out: object, like: torch.Tensor, like_name: str) -> torc
                          f"{tuple(like.shape)}")
     check_device(name, out, like.device, like_name)
     rows = as_rows(name, out, like.dtype, like_name)
-    check_no_broadcast(name, rows)
+    check_own_memory(name, rows)
     return rows
 
 
@@ -206,17 +206,28 @@ def check_position_range(positions: torch.Tensor, max_pos: int) -> None:
                          f"found values in [{lo}, {hi}]")
 
 
-def check_no_broadcast(name: str, rows: torch.Tensor) -> None:
-    """Refuse a tensor to be written whose ``[T, H, D]`` view repeats memory along a dim of
-    stride 0 (an expanded view): its elements would be written by several programs. An
-    empty one writes nothing."""
+def check_own_memory(name: str, rows: torch.Tensor) -> None:
+    """Refuse a tensor to be written whose ``[T, H, D]`` view reaches one element by two
+    indices: an expanded view (stride 0) or rows overlapping each other (e.g. ``unfold``),
+    whose elements several programs would write. Each dim's stride must clear the span of
+    the dims of smaller stride (a layout that interleaves its dims without overlapping is
+    refused too: the kernels' tiles take nested strides). An empty one writes nothing."""
     if rows.numel() == 0:
         return
-    for dim, (size, stride) in enumerate(zip(rows.shape, rows.stride(), strict=True)):
-        if size > 1 and stride == 0:
-            raise ValueError(f"{name} is written but repeats its memory along "
-                             f"{('tokens', 'heads', 'channels')[dim]} (stride 0, an expanded "
-                             "view); pass a tensor with memory of its own")
+    dims = sorted((stride, size, dim) for dim, (size, stride)
+                  in enumerate(zip(rows.shape, rows.stride(), strict=True)) if size > 1)
+    span = 0  # the largest offset the dims so far reach
+    for stride, size, dim in dims:
+        where = ("tokens", "heads", "channels")[dim]
+        if stride == 0:
+            raise ValueError(f"{name} is written but repeats its memory along {where} "
+                             "(stride 0, an expanded view); pass a tensor with memory of "
+                             "its own")
+        if stride <= span:
+            raise ValueError(f"{name} is written but its {where} overlap in memory (shape "
+                             f"{tuple(rows.shape)}, strides {tuple(rows.stride())}); pass a "
+                             "tensor with memory of its own")
+        span += (size - 1) * stride
 
 
 def check_flag(name: str, value: object) -> bool:
@@ -330,8 +341,8 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
                 raise ValueError(f"{name} must be None when inplace=True")
         q_res, k_res = q, k
         qo_rows, ko_rows = q_rows, k_rows
-        check_no_broadcast("q", q_rows)
-        check_no_broadcast("k", k_rows)
+        check_own_memory("q", q_rows)
+        check_own_memory("k", k_rows)
     else:
         q_res = torch.empty_like(q) if q_out is None else q_out
         k_res = torch.empty_like(k) if k_out is None else k_out

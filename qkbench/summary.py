@@ -188,8 +188,10 @@ def _cell(case, pair: tuple[str, str], attempts: dict, timing: dict, retries: in
             "slot_effect": stats.slot_effect([r["slot_medians"] for r in used])
             if effect.estimate is not None else None}
     if effect.estimate is not None:
+        # From a measured attempt: a case that ran out of memory holds an error, no bytes.
         nbytes = next(r for slot in range(timing["passes"])
-                      for _, r in attempts.get((case.key, slot), []) if r)["bytes"]
+                      for _, r in attempts.get((case.key, slot), [])
+                      if r and "error" not in r)["bytes"]
         cell.update(times_and_bandwidth(used, nbytes, pair, copy_gbps))
     return cell, effect
 

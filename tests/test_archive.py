@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import qkbench
 from qkbench import archive as archives
-from qkbench import export, report, runner
+from qkbench import export, report, runner, summary
 from qkbench.audit import audit, read_checked
 from qkbench.cli import app
 from qkbench.errors import ArchiveError
@@ -533,6 +533,25 @@ def test_a_case_that_was_not_measured_is_reported_as_invalid(smoke_archive):
         "case tiny-4x2/T1 was not measured: CUDA out of memory "
         f"(in 1 of {len(edited['passes'])} passes)"]
     assert report.invalid(smoke_archive) == []
+
+
+def test_a_slot_whose_first_attempt_ran_out_of_memory_is_filled_by_its_replacement(
+        smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    first = edited["passes"][0]
+    replacement = {**copy.deepcopy(first), "index": len(edited["passes"]),
+                   "replaces": first["index"]}
+    case = first["cases"][0]
+    first["cases"][0] = {"key": case["key"], "case": case["case"], "error": "CUDA out of memory"}
+    edited["passes"].append(replacement)
+
+    def cell(archive: dict) -> dict:
+        return next(c for c in summary.summarize(archive)["comparisons"][0]["cases"]
+                    if c["key"] == case["key"])
+
+    slot = next(s for s in cell(edited)["slots"] if s["slot"] == first["index"])
+    assert (slot["used"], slot["failed"]) == (replacement["index"], 1)
+    assert cell(edited)["bandwidth"] == cell(smoke_archive)["bandwidth"]
 
 
 # -- archives people can store: gzip, and the samples as CSV ---------------------------------
