@@ -25,13 +25,15 @@ and an interval), a width, a verdict and a result:
 
 A cell *regresses* when its verdict is slower and its whole interval lies beyond the
 tolerance (the interval's lower end above +tolerance). A cell with no verdict (unstable,
-unmeasured, pending, invalid route) is *inconclusive*; a cell a route declared unsupported
-(n/s) is neither, and is not counted.
+unmeasured, pending, or an invalid baseline) is *inconclusive*; a cell whose candidate
+computed a wrong result, or failed to run, *fails* whatever its timing (no tolerance nor
+``--max-inconclusive`` passes it); a cell a route declared unsupported (n/s) is neither,
+and is not counted.
 """
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
@@ -43,9 +45,9 @@ NOT_SUPPORTED = "n/s"
 RESOLVED = ("faster", "slower", "unresolved")
 
 # A cell's result in the gate.
-OK, REGRESSED, UNDECIDED, SKIPPED, MET, NOT_MET = (
-    "pass", "regressed", "inconclusive", "n/s", "met", "not met")
-FAILING = (REGRESSED, NOT_MET)
+OK, REGRESSED, UNDECIDED, SKIPPED, MET, NOT_MET, WRONG = (
+    "pass", "regressed", "inconclusive", "n/s", "met", "not met", "wrong")
+FAILING = (REGRESSED, NOT_MET, WRONG)
 
 
 def pct(x: float | None, signed: bool = True, digits: int = 1) -> str:
@@ -115,20 +117,44 @@ def _name(comp: dict) -> str:
     return f"{comp['baseline']} -> {comp['candidate']}"
 
 
+# (baseline, candidate, case key) -> {route: the first pass that found it wrong}
+# (``summary.wrong_routes``).
+Wrong = Mapping[tuple[str, str, str], Mapping[str, int]]
+
+
+def _wrong(wrong: Wrong, pair: tuple[str, str], key: str, routes: Sequence[str]
+           ) -> tuple[str, dict] | None:
+    """Why a cell fails because one of ``routes`` computed a wrong result there, and the
+    routes as a Cell's ``numbers``; None where none did."""
+    found = wrong.get((*pair, key), {})
+    bad = [r for r in found if r in routes]
+    if not bad:
+        return None
+    return (f"wrong: {' and '.join(bad)} computed a wrong result or failed to run (pass "
+            f"{min(found[r] for r in bad)}; its check is in the archive)",
+            {"wrong_routes": " ".join(bad)})
+
+
 def _no_verdict_reason(effect: dict, where: str = "") -> str:
     orders = effect.get("unstable_orders") or []
     said = f" (orders {'; '.join(orders)} kept failing)" if orders else ""
     return f"{effect['verdict']}{where}{said}: no verdict"
 
 
-def regressions(summary: dict, tolerance: float) -> list[Cell]:
-    """Every cell of one run under the regression rule."""
+def regressions(summary: dict, tolerance: float, wrong: Wrong) -> list[Cell]:
+    """Every cell of one run under the regression rule (``wrong``: the run's wrong routes)."""
     cells = []
     for comp in summary["comparisons"]:
+        pair = (comp["baseline"], comp["candidate"])
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
             result, reason = decide(e["verdict"], e["best"], tolerance)
             if result == UNDECIDED:
+                bad = _wrong(wrong, pair, c["key"], [comp["candidate"]])
+                if bad:
+                    cells.append(Cell(_name(comp), c["key"], c["geometry"], c["tokens"],
+                                      e["verdict"], WRONG, bad[0], numbers=bad[1]))
+                    continue
                 reason = _no_verdict_reason(e)
             cells.append(Cell(
                 _name(comp), c["key"], c["geometry"], c["tokens"], e["verdict"], result, reason,
@@ -170,8 +196,9 @@ def used_rows(cell: dict) -> list[dict]:
     return [r for r in cell["passes"] if r["pass"] in used]
 
 
-def _across_cell(group: str, a: dict | None, b: dict | None, tolerance: float,
-                 absolute: bool) -> Cell:
+def _across_cell(pair: tuple[str, str], a: dict | None, b: dict | None, tolerance: float,
+                 absolute: bool, wrong_b: Wrong) -> Cell:
+    group = f"{pair[0]} -> {pair[1]}"
     some = b or a
     where = (some["key"], some["geometry"], some["tokens"])
     if a is None or b is None:
@@ -181,6 +208,10 @@ def _across_cell(group: str, a: dict | None, b: dict | None, tolerance: float,
     ea, eb = a["effect"], b["effect"]
     if NOT_SUPPORTED in (ea["verdict"], eb["verdict"]):
         return Cell(group, *where, NOT_SUPPORTED, SKIPPED, "not supported by one of its routes")
+    bad = _wrong(wrong_b, pair, b["key"], [pair[1]])
+    if bad:
+        return Cell(group, *where, eb["verdict"], WRONG, bad[0] + " in the --candidate run",
+                    numbers=bad[1])
     for run, e in (("--baseline", ea), ("--candidate", eb)):
         if e["estimate"] is None:
             return Cell(group, *where, e["verdict"], UNDECIDED,
@@ -206,19 +237,20 @@ def _across_cell(group: str, a: dict | None, b: dict | None, tolerance: float,
                  "candidate_run_candidate_us": tb_us.get("candidate")})
 
 
-def across(baseline: dict, candidate: dict, tolerance: float, absolute: bool = False
-           ) -> list[Cell]:
+def across(baseline: dict, candidate: dict, tolerance: float, wrong_candidate: Wrong,
+           absolute: bool = False) -> list[Cell]:
     """Every cell of two runs' summaries compared (see the module docstring); a cell found
-    in one run only is inconclusive."""
+    in one run only is inconclusive, one whose candidate route computed a wrong result in
+    the candidate run (``wrong_candidate``) fails."""
     comps_a = {(c["baseline"], c["candidate"]): c for c in baseline["comparisons"]}
     comps_b = {(c["baseline"], c["candidate"]): c for c in candidate["comparisons"]}
     cells = []
     for pair in [*comps_b, *(p for p in comps_a if p not in comps_b)]:
-        group = f"{pair[0]} -> {pair[1]}"
         a = {c["key"]: c for c in comps_a.get(pair, {"cases": []})["cases"]}
         b = {c["key"]: c for c in comps_b.get(pair, {"cases": []})["cases"]}
         for key in [*b, *(k for k in a if k not in b)]:
-            cells.append(_across_cell(group, a.get(key), b.get(key), tolerance, absolute))
+            cells.append(_across_cell(pair, a.get(key), b.get(key), tolerance, absolute,
+                                      wrong_candidate))
     return cells
 
 
@@ -271,9 +303,10 @@ def parse_expectation(text: str) -> Expectation:
                        int(m["n"]) if m["n"] else None)
 
 
-def expect(summary: dict, bands: Sequence[dict], expectation: Expectation,
+def expect(summary: dict, bands: Sequence[dict], expectation: Expectation, wrong: Wrong,
            picked: str | None = None) -> list[Cell]:
-    """The cells an expectation selects, each met, not met or inconclusive. A missing
+    """The cells an expectation selects, each met, not met (a route of it wrong there too:
+    ``wrong``) or inconclusive. A missing
     comparison or band, or a scope that selects no cell, is a ``GateError`` (which names
     ``picked``, the cells the run picked from its protocol, where it did)."""
     x = expectation
@@ -300,8 +333,11 @@ def expect(summary: dict, bands: Sequence[dict], expectation: Expectation,
     cells = []
     for c in selected:
         e = c["effect"]
-        verdict = e["verdict"]
-        if verdict == want:
+        pair = (comp["baseline"], comp["candidate"])
+        verdict, bad = e["verdict"], _wrong(wrong, pair, c["key"], pair)
+        if bad:
+            result, reason = WRONG, bad[0]
+        elif verdict == want:
             result, reason = MET, f"{_name(comp)}: {verdict}"
         elif verdict == NOT_SUPPORTED:
             result, reason = SKIPPED, "not supported by one of its routes"
@@ -311,13 +347,18 @@ def expect(summary: dict, bands: Sequence[dict], expectation: Expectation,
             result, reason = NOT_MET, f"{_name(comp)}: {verdict}, not {want}"
         cells.append(Cell(x.text, c["key"], c["geometry"], c["tokens"], verdict, result,
                           reason, e["estimate"], e["best"], e["worst"], e["width"],
-                          e["coverage"], {"comparison": _name(comp), "wanted": want}))
+                          e["coverage"], {"comparison": _name(comp), "wanted": want,
+                                          **(bad[1] if bad else {})}))
     return cells
 
 
 # -- the outcome -----------------------------------------------------------------------------
 
 NAMED = 5  # cases named in the summary line before "and N more"
+
+
+def _wrong_routes_of(cell: Cell) -> str:
+    return f"wrong: {cell.numbers['wrong_routes']}"
 
 
 @dataclass
@@ -367,10 +408,16 @@ class Outcome:
 
     def summary(self) -> str:
         word = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE"}[self.exit_code]
+        wrong = [c for c in self.cells if c.result == WRONG]
         if self.kind == "regressions":
-            failed = sorted(self.failed, key=lambda c: -c.estimate)
-            line = (f"gate: {word}, {len(failed)} of {len(self.counted)} cases regressed "
-                    f"beyond the {pct(self.tolerance, False)} tolerance")
+            failed = sorted((c for c in self.failed if c.result == REGRESSED),
+                            key=lambda c: -c.estimate)
+            line = f"gate: {word}, "
+            if wrong:
+                line += (f"{len(wrong)} of {len(self.counted)} cases wrong ("
+                         + self._names(wrong, _wrong_routes_of) + "); ")
+            line += (f"{len(failed)} of {len(self.counted)} cases regressed beyond the "
+                     f"{pct(self.tolerance, False)} tolerance")
             if failed:
                 line += (f" (worst {pct(failed[0].estimate)} at {self.label(failed[0])}): "
                          + self._names(failed, lambda c: pct(c.estimate)))
@@ -378,10 +425,11 @@ class Outcome:
             parts = []
             for text in dict.fromkeys(c.group for c in self.cells):
                 mine = [c for c in self.cells if c.group == text and c.result != SKIPPED]
-                missed = [c for c in mine if c.result == NOT_MET]
+                missed = [c for c in mine if c.result in FAILING]
                 if missed:
                     parts.append(f'"{text}" not met in {len(missed)} of {len(mine)} cases: '
-                                 + self._names(missed, lambda c: c.verdict))
+                                 + self._names(missed, lambda c: _wrong_routes_of(c)
+                                               if c.result == WRONG else c.verdict))
                 else:
                     met = sum(c.result == MET for c in mine)
                     parts.append(f'"{text}" met in {met} of {len(mine)} cases')

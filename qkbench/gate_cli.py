@@ -232,20 +232,20 @@ def _one_run(path: Path, expectations: list[str], tol: float, max_inconclusive: 
     from qkbench import gate as rules
     from qkbench.protocol import selection
     from qkbench.report import failures
-    from qkbench.summary import current
+    from qkbench.summary import current, wrong_routes
 
     parsed = [rules.parse_expectation(x) for x in expectations]
     run = _read(path, "RUN")
-    summary = current(run)
+    summary, wrong = current(run), wrong_routes(run)
     notes = failures(run)
     if parsed:
         bands = run["protocol"]["resolved"]["bands"]
         picked = selection(run["protocol"])
-        cells = [c for x in parsed for c in rules.expect(summary, bands, x, picked)]
+        cells = [c for x in parsed for c in rules.expect(summary, bands, x, wrong, picked)]
         return (rules.Outcome("expectations", cells, None, max_inconclusive, notes),
                 "expectations over the run's verdicts (" + ONE_RUN + ")")
-    return (rules.Outcome("regressions", rules.regressions(summary, tol), tol, max_inconclusive,
-                          notes), ONE_RUN)
+    return (rules.Outcome("regressions", rules.regressions(summary, tol, wrong), tol,
+                          max_inconclusive, notes), ONE_RUN)
 
 
 ABSOLUTE_WARNING = ("--absolute: these are the candidate's per-call times in two runs; no null "
@@ -257,7 +257,7 @@ ABSOLUTE_WARNING = ("--absolute: these are the candidate's per-call times in two
 def _across(baseline: Path, candidate: Path, tol: float, max_inconclusive: int,
             absolute: bool, allow_mismatch: bool):
     from qkbench import gate as rules
-    from qkbench.summary import current
+    from qkbench.summary import current, wrong_routes
 
     a, b = _read(baseline, "--baseline"), _read(candidate, "--candidate")
     # One run, whole or in part (a copy taken while it ran): its start and first pass.
@@ -282,7 +282,7 @@ def _across(baseline: Path, candidate: Path, tol: float, max_inconclusive: int,
                    "delta candidate / baseline - 1 in its own run; interval = [(1 + best_B) / "
                    "(1 + worst_A) - 1, (1 + worst_B) / (1 + best_A) - 1]; width = the two runs' "
                    "widths added")
-    cells = rules.across(current(a), current(b), tol, absolute)
+    cells = rules.across(current(a), current(b), tol, wrong_routes(b), absolute)
     return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), measure
 
 
@@ -316,9 +316,10 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
                            events_for=lambda p: _sweep_events(runner, p, None, started),
                            starting=lambda path: err.print(f"archive: {path}",
                                                            highlight=False, soft_wrap=True))
-    from qkbench.summary import current
+    from qkbench.summary import current, wrong_routes
 
-    cells = [c for _, archive in done for c in rules.regressions(current(archive), tol)]
+    cells = [c for _, archive in done
+             for c in rules.regressions(current(archive), tol, wrong_routes(archive))]
     notes = [n for _, archive in done for n in failures(archive)]
     return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), (
         f"{ref} ({export.sha12}) as baseline and null arm, the working tree as candidate; "

@@ -251,6 +251,21 @@ def summarize(archive: dict) -> dict:
                        "replacements": sum(p.get("replaces") is not None for p in passes)}}
 
 
+def wrong_routes(archive: dict) -> dict[tuple[str, str, str], dict[str, int]]:
+    """(baseline, candidate, case key) -> {route: the first pass that found it computing a
+    wrong result or failing to run there}; a route that declared the case unsupported is
+    not wrong."""
+    out: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
+    for p in sorted(archive["passes"], key=lambda p: p["index"]):
+        for case in p.get("cases") or [] if p["status"] == "ok" else []:
+            for comp in case.get("comparisons", []):
+                for route in comp.get("invalid_routes", []):
+                    if route not in comp.get("unsupported", {}):
+                        out[comp["baseline"], comp["candidate"], case["key"]].setdefault(
+                            route, p["index"])
+    return dict(out)
+
+
 # What a malformed pass or case raises in the rules below, read as "malformed archive".
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError)
 

@@ -209,7 +209,7 @@ def test_the_cross_archive_interval_combines_both_runs_intervals(archive):
     from qkbench import archive as archives
 
     a, b = (archives.read(archive(n))["summary"] for n in ("base", "fused-10pct-slower"))
-    for cell, ca, cb in zip(rules.across(a, b, 0.02), a["comparisons"][0]["cases"],
+    for cell, ca, cb in zip(rules.across(a, b, 0.02, {}), a["comparisons"][0]["cases"],
                             b["comparisons"][0]["cases"], strict=True):
         ea, eb = ca["effect"], cb["effect"]
         assert cell.lo == pytest.approx((1 + eb["best"]) / (1 + ea["worst"]) - 1)
@@ -288,6 +288,56 @@ def test_a_run_with_no_case_judged_never_passes_whatever_it_may_leave_undecided(
         "unstable")
 
 
+WRONG_AT_ONE = "fake_routes:wrong_at_one_token"  # its q doubled at T = 1
+
+
+@pytest.fixture(scope="module")
+def wrong_run(tmp_path_factory) -> str:
+    """A run whose candidate route computes a wrong result at T = 1 and is 5 % faster."""
+    path = tmp_path_factory.mktemp("wrong") / "run.json.gz"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+        synthetic_sweep(tiny_protocol("gate", routes=("split", WRONG_AT_ONE), samples=20),
+                        path, effect=-0.05)
+    return str(path)
+
+
+def test_a_candidate_computing_a_wrong_result_fails_whatever_may_stay_inconclusive(wrong_run):
+    result = invoke(wrong_run, "--max-inconclusive", "2")
+    assert result.exit_code == 1, result.output
+    assert last_line(result) == (
+        f"gate: FAIL, 1 of 2 cases wrong (tiny T=1 wrong: {WRONG_AT_ONE}); 0 of 2 cases "
+        "regressed beyond the 2.0 % tolerance")
+    assert (f"wrong: {WRONG_AT_ONE} computed a wrong result or failed to run (pass 0"
+            in result.stdout)
+
+
+def test_junit_marks_a_wrong_result_a_failure(wrong_run, tmp_path):
+    report = tmp_path / "junit.xml"
+    assert invoke(wrong_run, "--junit", str(report)).exit_code == 1
+    cases = {c.get("name"): c for c in ET.parse(report).iter("testcase")}
+    assert cases["tiny/T1"].find("failure").get("type") == "wrong"
+    assert cases["tiny/T3"].find("failure") is None
+
+
+def test_across_runs_a_candidate_wrong_in_the_candidate_run_fails(wrong_run):
+    from qkbench.summary import current, wrong_routes
+
+    run = archives.read(wrong_run)
+    cells = rules.across(current(run), current(run), 0.02, wrong_routes(run))
+    assert [(c.tokens, c.result) for c in cells] == [(1, rules.WRONG), (3, rules.OK)]
+    assert cells[0].reason.endswith("in the --candidate run")
+    assert rules.across(current(run), current(run), 0.02, {})[0].result == rules.UNDECIDED
+
+
+def test_an_expectation_on_a_case_where_a_route_is_wrong_is_not_met(wrong_run):
+    result = invoke(wrong_run, "--expect", f"{WRONG_AT_ONE} faster than split in all")
+    assert result.exit_code == 1, result.output
+    assert last_line(result) == (
+        f'gate: FAIL, "{WRONG_AT_ONE} faster than split in all" not met in 1 of 2 cases: '
+        f"tiny T=1 wrong: {WRONG_AT_ONE}")
+
+
 # -- expectations ----------------------------------------------------------------------------
 
 
@@ -328,7 +378,8 @@ def test_an_expectation_selecting_only_unsupported_cases_is_a_usage_error():
     summary = {"comparisons": [{"baseline": "split", "candidate": "peer:x",
                                 "cases": [unsupported]}]}
     with pytest.raises(GateError, match=r"every case it selects of split -> peer:x is n/s"):
-        rules.expect(summary, [], rules.parse_expectation("peer:x faster than split in all"))
+        rules.expect(summary, [], rules.parse_expectation("peer:x faster than split in all"),
+                     {})
 
 
 def test_an_expectation_on_unstable_cases_is_inconclusive(archive):
