@@ -96,8 +96,10 @@ class Cell:
         return f"{self.geometry} T={self.tokens}"
 
 
-def decide(verdict: str, lo: float | None, tolerance: float) -> tuple[str, str]:
-    """A cell's result under the regression rule, and why, in words."""
+def decide(verdict: str, lo: float | None, tolerance: float, width: float | None = None
+           ) -> tuple[str, str]:
+    """A cell's result under the regression rule, and why, in words (``width``: the cell's
+    instrument width, named where it hides what the tolerance would catch)."""
     if verdict == NOT_SUPPORTED:
         return SKIPPED, "not supported by one of its routes"
     if verdict not in RESOLVED:
@@ -110,6 +112,9 @@ def decide(verdict: str, lo: float | None, tolerance: float) -> tuple[str, str]:
                     f"{pct(tolerance, False)} tolerance")
     if verdict == "faster":
         return OK, "faster"
+    if lo is not None and width is not None and lo > tolerance:
+        return OK, (f"unresolved: its whole interval lies past the {pct(tolerance, False)} "
+                    f"tolerance, but within the instrument's width ({pct(width, False)})")
     return OK, "unresolved: no change beyond the instrument width"
 
 
@@ -148,7 +153,7 @@ def regressions(summary: dict, tolerance: float, wrong: Wrong) -> list[Cell]:
         pair = (comp["baseline"], comp["candidate"])
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
-            result, reason = decide(e["verdict"], e["best"], tolerance)
+            result, reason = decide(e["verdict"], e["best"], tolerance, e["width"])
             if result == UNDECIDED:
                 bad = _wrong(wrong, pair, c["key"], [comp["candidate"]])
                 if bad:
@@ -227,7 +232,7 @@ def _across_cell(pair: tuple[str, str], a: dict | None, b: dict | None, toleranc
         hi = (1 + eb["worst"]) / (1 + ea["best"]) - 1
     width = ea["width"] + eb["width"]
     verdict = "slower" if lo > width else "faster" if hi < -width else "unresolved"
-    result, reason = decide(verdict, lo, tolerance)
+    result, reason = decide(verdict, lo, tolerance, width)
     ta_us, tb_us = a.get("time_us", {}), b.get("time_us", {})
     return Cell(group, *where, verdict, result, reason, estimate, lo, hi, width,
                 max(0.0, ea["coverage"] + eb["coverage"] - 1),
@@ -370,6 +375,18 @@ class Outcome:
     tolerance: float | None = None
     max_inconclusive: int = 0
     notes: list[str] = field(default_factory=list)  # said before the summary line
+
+    def __post_init__(self) -> None:
+        blind = [c for c in self.cells if c.result == OK and self.tolerance is not None
+                 and c.width is not None and c.width > self.tolerance]
+        if blind:
+            widest = max(blind, key=lambda c: c.width)
+            self.notes.append(
+                f"the instrument was wider than the {pct(self.tolerance, False)} tolerance "
+                f"at {len(blind)} of {len(self.judged)} judged cases (widest "
+                f"{pct(widest.width, False)} at {self.label(widest)}): a regression between "
+                "the tolerance and the width passes there unseen; a quieter machine or more "
+                "passes narrow it")
 
     @property
     def failed(self) -> list[Cell]:

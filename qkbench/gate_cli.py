@@ -42,14 +42,16 @@ qkbench gate RUN.json [--expect "fused faster than split in all" ...]
 
 \b
 A case regresses when its verdict is slower and its whole interval lies
-beyond the tolerance. Unstable, unmeasured, pending and invalid-route
-cases are inconclusive; n/s cases are not counted. The table lists every
+beyond the tolerance. A case whose candidate computed a wrong result
+fails whatever its timing. Unstable, unmeasured and pending cases, and a
+wrong baseline, are inconclusive; n/s cases are not counted. The table lists every
 case; the one-line summary comes last.
 
 \b
 Exit codes:
   0  pass
-  1  a case regressed, or an expectation was not met
+  1  a case regressed or computed a wrong result, or an expectation was
+     not met
   2  usage or input error: a bad option, an unknown ref, kernels that
      cannot be imported, archives that cannot be compared, an archive
      refused on reading (edited, damaged or malformed; unsigned while
@@ -79,9 +81,10 @@ def gate(
     expect: Annotated[list[str] | None, typer.Option(
         help="repeat: 'ROUTE faster|slower than ROUTE in all | in band NAME | at T OP N', "
              "checked in RUN (default: none)", show_default=False)] = None,
-    tolerance: Annotated[str, typer.Option(
+    tolerance: Annotated[str | None, typer.Option(
         help="a slower case regresses only when its whole interval lies beyond this: '2%' "
-             "or a share such as '0.02'")] = "2%",
+             "or a share such as '0.02' (default: 2%; not with --expect)",
+        show_default=False)] = None,
     max_inconclusive: Annotated[int, typer.Option(
         help="inconclusive cases allowed before exit 3")] = 0,
     absolute: Annotated[bool, typer.Option(
@@ -157,17 +160,22 @@ def gate(
                             "--candidate")
         if expect and forms[0] != "RUN":
             raise GateError("--expect checks one archive: give it as RUN")
+        if expect and tolerance is not None:
+            raise GateError("--tolerance does not go with --expect: an expectation is met by "
+                            "the run's verdicts alone")
         if forms[0] == "--baseline/--candidate" and (baseline is None or candidate is None):
             raise GateError("--baseline and --candidate go together")
         for path in (junit, markdown):
             if path is not None:
                 _check_writable(path)
+        if out_dir is not None:
+            _check_out(out_dir)
         # The device before the rules, which import the kernels: on the CPU they must be
         # imported under the interpreter, which the device sets.
         dev = _device(device) if forms[0] == "--against" else None
         from qkbench import gate as rules
 
-        tol = rules.parse_tolerance(tolerance)
+        tol = rules.parse_tolerance("2%" if tolerance is None else tolerance)
         if forms[0] == "--against":
             outcome, measure = _against(against, repo, route or ["fused"], protocol, dev,
                                         out_dir, tol, max_inconclusive, dict(
@@ -182,11 +190,12 @@ def gate(
         else:
             outcome, measure = _across(baseline, candidate, tol, max_inconclusive, absolute,
                                        allow_mismatch)
-        _write_reports(outcome, measure, junit, markdown)
         from qkbench.gate_output import as_rich
 
-        # Inside the try: output that cannot be written is exit 2, never read as a regression.
+        # Inside the try: output that cannot be written is exit 2, never read as a regression;
+        # the table first, so that a report file that fails still leaves the verdict said.
         out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
+        _write_reports(outcome, measure, junit, markdown)
     except QkbenchError as e:
         say_error(e)
         raise typer.Exit(USAGE) from None
@@ -234,7 +243,8 @@ def _one_run(path: Path, expectations: list[str], tol: float, max_inconclusive: 
     from qkbench.report import failures
     from qkbench.summary import current, wrong_routes
 
-    parsed = [rules.parse_expectation(x) for x in expectations]
+    # One expectation given twice is one claim: its cases are counted once.
+    parsed = list(dict.fromkeys(rules.parse_expectation(x) for x in expectations))
     run = _read(path, "RUN")
     summary, wrong = current(run), wrong_routes(run)
     notes = failures(run)
@@ -293,12 +303,6 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
     from qkbench.cli import _protocol, _sweep_events, err
     from qkbench.report import failures
 
-    if out_dir is not None and not out_dir.is_dir():
-        why = ("is a file" if out_dir.exists() else
-               "names an archive file" if out_dir.suffix.lower() in (".json", ".gz") else None)
-        if why:
-            raise GateError(f"--out {out_dir}: {why}; --against writes one archive per route "
-                            "into a folder")
     routes = list(dict.fromkeys(routes))
     proto = overridden(_protocol(protocol, dev), **timing)
     with refs.exported(ref, repo, routes) as export:
@@ -326,10 +330,32 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
         + ONE_RUN)
 
 
+def _check_out(out_dir: Path) -> None:
+    """Refuse an ``--out`` that cannot hold the archives, before anything is measured."""
+    try:
+        why = None if out_dir.is_dir() else (
+            "is a file" if out_dir.exists() else "names an archive file"
+            if out_dir.suffix.lower() in (".json", ".gz") else None)
+    except OSError as e:  # a name too long
+        raise GateError(f"--out {out_dir}: cannot be used ({e.strerror})") from None
+    if why:
+        raise GateError(f"--out {out_dir}: {why}; --against writes one archive per route into "
+                        "a folder")
+
+
 def _check_writable(path: Path) -> None:
     """Refuse a report file that could not be written before anything is measured. Its
     missing folders are made when it is written (as ``--out``'s are, e.g. ``results/gate``
     on a fresh checkout), so the nearest folder that exists must be writable."""
+    try:
+        why = _unwritable(path)
+    except OSError as e:  # a name too long, a folder that cannot be searched
+        why = e.strerror
+    if why:
+        raise GateError(f"{path}: cannot be written ({why})")
+
+
+def _unwritable(path: Path) -> str | None:
     folder = path.parent
     while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
@@ -337,27 +363,32 @@ def _check_writable(path: Path) -> None:
         why = "it is a folder"
     elif path.exists():  # a file to replace or append to, or a device such as /dev/stdout
         why = None if os.access(path, os.W_OK) else "it is not writable"
+    elif path.is_symlink():
+        why = "it is a link to nothing"
     elif folder.is_symlink() and not folder.exists():
         why = f"{folder} is a link to nothing"
     elif not folder.is_dir():
         why = f"{folder} is a file, not a folder"
     else:
         why = None if os.access(folder, os.W_OK) else f"{folder} is not writable"
-    if why:
-        raise GateError(f"{path}: cannot be written ({why})")
+    return why
 
 
 def _write_reports(outcome, measure: str, junit: Path | None, markdown: Path | None) -> None:
     from qkbench import gate_output
 
-    try:
-        for path in (junit, markdown):
-            if path is not None and not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-        if junit is not None:
-            junit.write_bytes(gate_output.junit(outcome))
-        if markdown is not None:
-            with open(markdown, "a") as f:
-                f.write(gate_output.as_markdown(outcome, measure))
-    except OSError as e:
-        raise GateError(f"{e.filename}: cannot be written ({e.strerror})") from None
+    for path, write in ((junit, lambda f: f.write_bytes(gate_output.junit(outcome))),
+                        (markdown, lambda f: _append(f, gate_output.as_markdown(outcome,
+                                                                                measure)))):
+        if path is not None:
+            try:
+                if not path.exists():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                write(path)
+            except OSError as e:  # the disk full, the file replaced since it was checked
+                raise GateError(f"{path}: cannot be written ({e.strerror})") from None
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)

@@ -194,6 +194,9 @@ def commit_of(ref: str, top: Path) -> str:
     # The warning on, whatever the user's git configuration says.
     proc = _git(top, "-c", "core.warnAmbiguousRefs=true", "rev-parse", "--verify",
                 f"{ref}^{{commit}}")
+    if proc.returncode != 0 and b"short object ID" in proc.stderr:  # git: "... is ambiguous"
+        raise GateError(f"--against {ref}: ambiguous in {top} (more than one object's sha "
+                        "begins so): give more of the sha")
     if proc.returncode != 0:
         raise GateError(f"--against {ref}: no such commit in {top} "
                         "(a branch, tag or sha that git rev-parse knows; in CI fetch it first, "

@@ -382,6 +382,13 @@ def test_an_expectation_selecting_only_unsupported_cases_is_a_usage_error():
                      {})
 
 
+def test_an_expectation_given_twice_counts_its_cases_once(archive):
+    claim = "fused faster than split in all"
+    result = invoke(archive("base"), "--expect", claim, "--expect", f"  {claim} ")
+    assert result.exit_code == 0, result.output
+    assert last_line(result) == f'gate: PASS, "{claim}" met in 2 of 2 cases'
+
+
 def test_an_expectation_on_unstable_cases_is_inconclusive(archive):
     result = invoke(archive("unstable"), "--expect", "fused faster than split in all")
     assert result.exit_code == 3, result.output
@@ -437,6 +444,22 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_meas
     assert_usage_error(invoke("--against", "HEAD", "--junit", str(under_a_dangling_link)),
                        f"{under_a_dangling_link}: cannot be written ({tmp_path / 'dangling'} "
                        "is a link to nothing)")
+    (tmp_path / "junit.xml").symlink_to(tmp_path / "nowhere" / "junit.xml")
+    assert_usage_error(invoke("--against", "HEAD", "--junit", str(tmp_path / "junit.xml")),
+                       f"{tmp_path / 'junit.xml'}: cannot be written (it is a link to nothing)")
+    too_long = tmp_path / ("a" * 300 + ".xml")
+    assert_usage_error(invoke("--against", "HEAD", "--junit", str(too_long)),
+                       f"{too_long}: cannot be written (File name too long)")
+    assert_usage_error(invoke("--against", "HEAD", "--out", str(too_long)),
+                       f"--out {too_long}: cannot be used (File name too long)")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_report_that_fails_as_it_is_written_leaves_the_verdict_printed(archive):
+    result = invoke(archive("fused-slower"), "--markdown", "/dev/full")
+    assert result.exit_code == 2, result.output
+    assert "gate: FAIL, 2 of 2 cases regressed" in result.stdout
+    assert result.stderr.strip() == "error: /dev/full: cannot be written (No space left on device)"
 
 
 def test_the_gate_judges_from_a_thread_other_than_the_main_one(archive):
@@ -513,8 +536,11 @@ def test_markdown_is_appended_as_a_ci_job_summary_expects(archive, tmp_path):
                                   "(for 2 percent write '2%')"),
     (("RUN", "--tolerance", "two"), "give a percentage such as '2%'"),
     (("RUN", "--max-inconclusive", "-1"), "--max-inconclusive must be >= 0"),
+    (("RUN", "--expect", "fused faster than split in all", "--tolerance", "5%"),
+     "--tolerance does not go with --expect"),
 ], ids=["none", "two-forms", "half-a-pair", "absolute-alone", "expect-across",
-        "sweep-option-on-an-archive", "bare-tolerance", "word-tolerance", "negative-max"])
+        "sweep-option-on-an-archive", "bare-tolerance", "word-tolerance", "negative-max",
+        "tolerance-with-expect"])
 def test_usage_errors_are_exit_2_in_one_line(archive, args, fragment):
     args = [archive("base") if a == "RUN" else a for a in args]
     assert_usage_error(invoke(*args), fragment)
@@ -540,6 +566,21 @@ def test_a_slower_case_whose_interval_reaches_into_the_tolerance_passes():
 
 def test_a_slower_case_whose_whole_interval_is_past_the_tolerance_regresses():
     assert rules.decide("slower", 0.025, 0.02)[0] == "regressed"
+
+
+def test_an_unresolved_case_past_the_tolerance_but_within_the_width_says_so():
+    result, reason = rules.decide("unresolved", 0.04, 0.02, 0.12)
+    assert result == "pass"
+    assert reason == ("unresolved: its whole interval lies past the 2.0 % tolerance, but "
+                      "within the instrument's width (12.0 %)")
+
+
+def test_a_gate_whose_instrument_is_wider_than_its_tolerance_says_so(archive):
+    result = invoke(archive("wide"), "--tolerance", "0.1%")
+    assert result.exit_code == 0, result.output
+    assert ("the instrument was wider than the 0.1 % tolerance at 2 of 2 judged cases (widest "
+            "0.4 % at tiny T=") in " ".join(result.stdout.split())
+    assert "wider than" not in invoke(archive("wide")).stdout
 
 
 def test_a_case_a_route_does_not_support_is_not_judged():

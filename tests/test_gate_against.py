@@ -355,6 +355,31 @@ def test_a_ref_that_names_a_branch_and_a_tag_is_refused_naming_both_forms(repo, 
 
 
 @interpreter_only
+def test_a_short_sha_that_two_commits_share_is_refused_as_ambiguous(tmp_path):
+    def git(*args: str, stdin: str | None = None) -> str:
+        fixed = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00", "GIT_COMMITTER_DATE":
+                 "2026-01-01T00:00:00", "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
+                 "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+        return subprocess.run(["git", "-C", str(tmp_path), *args], input=stdin, check=True,
+                              capture_output=True, text=True, env={**os.environ, **fixed}
+                              ).stdout.strip()
+
+    git("init", "-q")
+    tree = git("mktree", stdin="")
+    seen: dict[str, str] = {}
+    for i in range(2000):  # fixed dates: the same commits, so the same first collision
+        sha = git("commit-tree", tree, "-m", str(i))
+        if sha[:4] in seen:
+            break
+        seen[sha[:4]] = sha
+    else:
+        pytest.fail("no two commits share their first four hex digits")
+    with pytest.raises(GateError, match=rf"--against {sha[:4]}: ambiguous in .* give more of "
+                                        "the sha"):
+        refs.commit_of(sha[:4], tmp_path)
+    assert refs.commit_of(sha[:12], tmp_path) == sha
+
+
 def test_a_refs_split_and_fused_agree_bit_for_bit_and_the_working_tree_meets_the_oracle(
         repo, device):
     from qkbench.case import Case, Geometry, make_inputs
