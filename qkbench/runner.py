@@ -195,7 +195,8 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events, timeout:
                 # Timed out, the manager interrupted, or the worker left processes behind:
                 # its whole group ends, so none outlives its pass.
                 _end(proc)
-            reader.join(timeout=5)
+            if reader.ident is not None:  # an interrupt may land before it was started
+                reader.join(timeout=5)
             if lock is not None:
                 lock.note_worker(None)
         while not lines.empty():
@@ -270,6 +271,18 @@ def check_seal(existing: dict, key: bytes | None, out: Path) -> None:
         raise ArchiveError(f"{out}: cannot resume: it was edited since it was written "
                            f"({problems[0]}{'; ...' if len(problems) > 1 else ''}); "
                            "`qkbench audit` it")
+
+
+def _check_sound(existing: dict, key: bytes | None, out: Path) -> None:
+    """Resume only an archive whose passes can be summarised and whose record holds
+    together (what ``audit`` checks but the stored summary): more passes would be measured
+    only to be blamed for what an earlier one broke."""
+    from qkbench.audit import examine
+
+    problems = examine(existing, key, stored_summary=False).problems
+    if problems:
+        raise ArchiveError(f"{out}: cannot resume: {problems[0]} (`qkbench audit {out}` "
+                           "lists every problem); start a new sweep")
 
 
 def _check_code(existing: dict, out: Path, allow_code_change: bool) -> tuple[dict, list[str]]:
@@ -406,6 +419,7 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             run = archives.read(out)
             _check_resumable(run, protocol, settings, out)
             check_seal(run, key, out)
+            _check_sound(run, key, out)
             code, differ = _check_code(run, out, allow_code_change)
             here = _check_machine(run, device, out)
             broken = hopeless(protocol, first_pass(run))

@@ -267,7 +267,8 @@ def wrong_routes(archive: dict) -> dict[tuple[str, str, str], dict[str, int]]:
 
 
 # What a malformed pass or case raises in the rules below, read as "malformed archive".
-MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError)
+MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError,
+             OverflowError)
 
 
 def current(archive: dict) -> dict | None:

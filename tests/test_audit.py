@@ -206,6 +206,15 @@ def test_each_consistency_problem_is_named(smoke_archive, name, expected):
     assert any(p.startswith(expected) for p in problems), problems
 
 
+def test_a_sample_edited_past_any_float_is_named_not_a_traceback(smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    edited["passes"][0]["cases"][0]["comparisons"][0]["arms"][0]["samples"][0] = 10**400
+    assert audit(edited) == [
+        "pass 0: raw content does not match its digest",
+        "summary: cannot be recomputed from the passes (OverflowError: int too large to "
+        "convert to float)"]
+
+
 def test_a_pass_index_edited_far_out_of_range_is_named_without_counting_to_it(
         smoke_archive):
     # Resealed: only the structure can tell. The missing indices are named, the first few

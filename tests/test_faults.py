@@ -651,6 +651,23 @@ def test_audit_catches_passes_that_ran_other_code_without_leave(changed_tree):
     assert problems[0].endswith("without --allow-code-change")
 
 
+def test_ctrl_c_as_a_worker_starts_exits_130_and_ends_the_worker(tmp_path, monkeypatch):
+    started = []
+
+    def interrupt_as_noted(self, pid):
+        if pid is not None:
+            started.append(pid)
+            raise KeyboardInterrupt  # before the worker's stderr reader thread starts
+
+    monkeypatch.setattr(ArchiveLock, "note_worker", interrupt_as_noted)
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(app, ["sweep", "--protocol", str(QUICK), "--device", "cpu",
+                                      "--isolation", "process", "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("interrupted: finished passes")
+    assert started and not alive(started[0])
+
+
 def test_a_pass_with_a_sample_no_clock_gives_is_kept_and_the_sweep_stops_naming_it(tmp_path):
     from synthetic import SyntheticBackend, synthetic_sweep, tiny_protocol
 
@@ -666,3 +683,10 @@ def test_a_pass_with_a_sample_no_clock_gives_is_kept_and_the_sweep_stops_naming_
                        "positive finite time.*; it is kept in the archive"):
         synthetic_sweep(tiny_protocol(), out, ZeroInPassOne())
     assert [p["index"] for p in archives.read(out)["passes"]] == [0, 1]
+    # Resumed, it is refused before a pass runs: none would be kept, each blamed in turn.
+    with pytest.raises(ArchiveError, match=f"{out}: cannot resume: summary: cannot be "
+                       "recomputed .*pass 1 tiny/T1 arm B .*; start a new sweep"):
+        runner.sweep(parse(tiny_protocol()), torch.device("cpu"), out, resume=True,
+                     backend=SyntheticBackend())
+    assert [p["index"] for p in archives.read(out)["passes"]] == [0, 1]
+    assert archives.read(out)["resumed"] == []
