@@ -62,10 +62,16 @@ def run(export: refs.Export, protocol: Protocol, routes: Sequence[str], device: 
     done = []
     for route in routes:
         proto = protocol.with_overrides(routes=[export.route(route), route])
-        path = out_dir / archive_name(protocol.name, route, stamp)
-        if starting:
-            starting(path)
-        archive = runner.sweep(proto, device, path, command=command,
-                               events=events_for(proto) if events_for else None, header=header)
-        done.append((path, archive))
+        events = events_for(proto) if events_for else runner.Events()
+        named = [out_dir / archive_name(protocol.name, route, stamp)]
+
+        def take(path: Path, named: list[Path] = named) -> None:
+            named[0] = path
+            if starting:
+                starting(path)
+
+        events.archive_named = take
+        archive = runner.sweep(proto, device, named[0], command=command, events=events,
+                               header=header, fresh_name=True)
+        done.append((named[0], archive))
     return done

@@ -1,9 +1,11 @@
 """The command line: parses, calls the library, renders. Errors become one red line."""
 
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -165,15 +167,20 @@ def _sweep_events(runner, proto, bar, started_at: float):
     return runner.Events(pass_result=finished, already_complete=complete)
 
 
-def _swept(proto, dev, path: Path, resume: bool = False,
-           allow_code_change: bool = False) -> dict:
-    """``runner.sweep`` with progress on stderr: a bar on a terminal, else lines."""
+def _swept(proto, dev, path: Path, resume: bool = False, allow_code_change: bool = False,
+           named: Callable[[Path], None] | None = None) -> dict:
+    """``runner.sweep`` with progress on stderr: a bar on a terminal, else lines. With
+    ``named``, ``path`` is a name the tool chose: the next free one may be taken instead,
+    and ``named`` hears it."""
     from qkbench import runner
 
     def sweep(bar) -> dict:
+        events = _sweep_events(runner, proto, bar, time.monotonic())
+        if named is not None:
+            events.archive_named = named
         return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
-                            events=_sweep_events(runner, proto, bar, time.monotonic()),
-                            allow_code_change=allow_code_change)
+                            events=events, allow_code_change=allow_code_change,
+                            fresh_name=named is not None)
 
     if err.is_terminal:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -254,6 +261,11 @@ def sweep(
         from qkbench import report, runner
 
         path = path or archive_path(out_path, proto.name, resume=False)
+
+        def named(chosen: Path) -> None:
+            nonlocal path
+            path = chosen
+
         if dev.type == "cpu":
             heavier = proto.timed_elements() / _protocol("smoke", dev).timed_elements()
             if heavier > CPU_HEAVY:
@@ -262,7 +274,8 @@ def sweep(
                           f"the Triton interpreter, {heavier:,.0f}x the smoke protocol's work "
                           "(minutes here): hours or days; Ctrl-C keeps the finished passes",
                           highlight=False, soft_wrap=True)
-        run = _swept(proto, dev, path, resume, allow_code_change)
+        run = _swept(proto, dev, path, resume, allow_code_change,
+                     named if not resume and path != out_path else None)
         out.print(report.as_rich(run), soft_wrap=not out.is_terminal)
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
@@ -354,7 +367,8 @@ def calibrate(
                 paths[kind] = (out_path or Path("results")) / (
                     f"{stamp}-{proto.name}-calibrate-{kind}.json.gz")
                 try:
-                    runs[kind] = _swept(p, dev, paths[kind])
+                    runs[kind] = _swept(p, dev, paths[kind],
+                                        named=functools.partial(paths.__setitem__, kind))
                 except KeyboardInterrupt:
                     err.print(labelled("interrupted", _calibration_left(paths, kind)),
                               soft_wrap=True)

@@ -64,6 +64,10 @@ def held(archive: Path) -> bool:
     return any(isinstance(pid, int) and alive(pid) for pid in pids)
 
 
+class ArchiveHeld(ArchiveError):
+    """Another process holds the archive's lock."""
+
+
 class ArchiveLock:
     """``with ArchiveLock(path) as lock:``: the exclusive right to write ``path``."""
 
@@ -82,6 +86,8 @@ class ArchiveLock:
         self.release()
 
     def acquire(self) -> None:
+        if self.fd is not None:  # held already (``runner._free`` takes it before ``with``)
+            return
         prepare_folder(self.archive)
         while True:
             try:
@@ -94,7 +100,7 @@ class ArchiveLock:
                 os.close(fd)
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise write_error(self.archive, e, self.path) from None
-                raise ArchiveError(self._held_message()) from None
+                raise ArchiveHeld(self._held_message()) from None
             # The file may have been removed (and its lock released) between our open and
             # our lock; then the lock is on a name nobody else sees: take the new file.
             try:

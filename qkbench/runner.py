@@ -16,6 +16,7 @@ when a sweep or resume starts.
 """
 
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -40,7 +41,7 @@ from qkbench import archive as archives
 from qkbench import env, lifeline, seal
 from qkbench.backends import Backend
 from qkbench.errors import ArchiveError
-from qkbench.lock import ArchiveLock, alive
+from qkbench.lock import ArchiveHeld, ArchiveLock, alive
 from qkbench.protocol import Protocol, as_recorded, rebuild
 from qkbench.routes import resolve
 from qkbench.schedule import order_of
@@ -64,6 +65,8 @@ class Events:
     pass_result: Callable[[dict], None] = lambda result: None
     # A resume found the archive complete: nothing was measured or written.
     already_complete: Callable[[], None] = lambda: None
+    # The archive's path, once it is this run's to write (a ``fresh_name`` may differ).
+    archive_named: Callable[[Path], None] = lambda path: None
 
 
 def job_for(protocol: Protocol, index: int, device: torch.device, replaces: int | None = None,
@@ -250,6 +253,23 @@ def _check_resumable(existing: dict, protocol: Protocol, settings: dict, out: Pa
                            f"differ from {settings}")
 
 
+def _free(out: Path) -> ArchiveLock:
+    """The held lock of the first of ``out``, ``out``-2, ``out``-3, ... that no other run
+    holds and none has written (two sweeps started in one second stamp one name)."""
+    stem, suffix = ((out.name[:-len(archives.SUFFIX)], archives.SUFFIX)
+                    if out.name.endswith(archives.SUFFIX) else (out.stem, out.suffix))
+    for n in itertools.count(1):
+        lock = ArchiveLock(out if n == 1 else out.with_name(f"{stem}-{n}{suffix}"))
+        try:
+            lock.acquire()
+        except ArchiveHeld:
+            continue
+        if not os.path.lexists(lock.archive):
+            return lock
+        lock.release()
+    raise AssertionError("unreachable")
+
+
 def check_seal(existing: dict, key: bytes | None, out: Path) -> None:
     """Resume only an archive whose digests still hold, signed the way this run would
     sign (a signed run goes on with the same key; an unsigned one without a key)."""
@@ -380,7 +400,7 @@ def resumable(run: dict) -> bool:
 def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool = False,
           command: list[str] | None = None, backend: Backend | None = None,
           events: Events | None = None, allow_code_change: bool = False,
-          header: dict | None = None) -> dict:
+          header: dict | None = None, fresh_name: bool = False) -> dict:
     """Run (or resume) every pass of ``protocol``; returns the final archive.
 
     Signs the archive when ``QKBENCH_SIGNING_KEY`` is set (``seal.py``). A resume refuses
@@ -388,7 +408,9 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
     whose git commit or kernel sources differ from the run's (unless
     ``allow_code_change``: then the resume is recorded, and every pass records its code).
     ``header``: more top-level keys for a new archive (``qkbench gate`` records the two
-    commits it compares under ``gate``).
+    commits it compares under ``gate``). ``fresh_name``: ``out`` is a name the tool chose
+    (a time stamp), not the user: where another run holds or has written it, the next free
+    one (``NAME-2.json.gz``, ...) is taken instead; ``events.archive_named`` hears which.
     """
     events = events or Events()
     t = protocol.timing
@@ -407,7 +429,9 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         raise ArchiveError(f"{out}: cannot be used ({e.strerror})") from None
     if resume and not is_file:  # before the lock, which would make its folder
         archives.read(out)
-    with ArchiveLock(out) as lock:
+    with _free(out) if fresh_name and not resume else ArchiveLock(out) as lock:
+        out = lock.archive
+        events.archive_named(out)
         archives.remove_stale_tmp_files(out)
         remove_dead_pass_dirs()
 

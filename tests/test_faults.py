@@ -651,6 +651,24 @@ def test_audit_catches_passes_that_ran_other_code_without_leave(changed_tree):
     assert problems[0].endswith("without --allow-code-change")
 
 
+def test_a_name_the_tool_chose_that_another_run_holds_or_wrote_takes_the_next_free_one(
+        tmp_path):
+    from synthetic import SyntheticBackend, tiny_protocol
+
+    stamped = tmp_path / "20261207-091746-tiny.json.gz"
+    stamped.write_text("another run's archive")
+    with ArchiveLock(tmp_path / "20261207-091746-tiny-2.json.gz"):  # another run, writing
+        named = []
+        runner.sweep(parse(tiny_protocol()), CPU, stamped, backend=SyntheticBackend(),
+                     events=runner.Events(archive_named=named.append), fresh_name=True)
+    third = tmp_path / "20261207-091746-tiny-3.json.gz"
+    assert named == [third]
+    assert archives.read(third)["status"] == "complete"
+    assert stamped.read_text() == "another run's archive"
+    with pytest.raises(ArchiveError, match="exists: archives are never overwritten"):
+        runner.sweep(parse(tiny_protocol()), CPU, stamped, backend=SyntheticBackend())
+
+
 def test_ctrl_c_as_a_worker_starts_exits_130_and_ends_the_worker(tmp_path, monkeypatch):
     started = []
 
