@@ -2,6 +2,7 @@
 decisions are ``gate``'s, the commits' export ``refs``' and ``against``'s, the output
 ``gate_output``'s."""
 
+import contextlib
 import os
 import signal
 import sys
@@ -141,6 +142,7 @@ def gate(
     # (Only the main thread may set a handler; elsewhere SIGTERM ends the process as ever.)
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    reports = {}  # the report files to say an error in, once they were found writable
     try:
         if max_inconclusive < 0:
             raise GateError(f"--max-inconclusive must be >= 0, got {max_inconclusive}")
@@ -168,6 +170,7 @@ def gate(
         for path in (junit, markdown):
             if path is not None:
                 _check_writable(path)
+        reports = {"junit": junit, "markdown": markdown}
         if out_dir is not None:
             _check_out(out_dir)
         # The device before the rules, which import the kernels: on the CPU they must be
@@ -195,9 +198,11 @@ def gate(
         # Inside the try: output that cannot be written is exit 2, never read as a regression;
         # the table first, so that a report file that fails still leaves the verdict said.
         out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
+        reports = {}  # one that fails now may have written the other: that one stands
         _write_reports(outcome, measure, junit, markdown)
     except QkbenchError as e:
         say_error(e)
+        _write_error_reports(f"error: {e}", **reports)
         raise typer.Exit(USAGE) from None
     except KeyboardInterrupt as e:
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
@@ -387,6 +392,21 @@ def _write_reports(outcome, measure: str, junit: Path | None, markdown: Path | N
                 write(path)
             except OSError as e:  # the disk full, the file replaced since it was checked
                 raise GateError(f"{path}: cannot be written ({e.strerror})") from None
+
+
+def _write_error_reports(message: str, junit: Path | None = None,
+                         markdown: Path | None = None) -> None:
+    """Best effort: the error in the report files in place of a verdict, so that none of
+    an earlier run's is read as this one's; the error line on stderr is said already."""
+    from qkbench import gate_output
+
+    with contextlib.suppress(OSError):
+        if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_bytes(gate_output.error_junit(message))
+        if markdown is not None:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            _append(markdown, gate_output.error_markdown(message))
 
 
 def _append(path: Path, text: str) -> None:

@@ -10,11 +10,13 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from qkbench.gate import FAILING, REGRESSED, SKIPPED, UNDECIDED, Cell, Outcome, pct
+from qkbench.gate import FAILING, REGRESSED, SKIPPED, UNDECIDED, WRONG, Cell, Outcome, pct
 from qkbench.report import md_cell, md_row
 
-RESULT_STYLE = {REGRESSED: "bold red", "not met": "bold red", UNDECIDED: "yellow"}
-RESULT_WORD = {REGRESSED: "REGRESSED", "not met": "NOT MET", UNDECIDED: "inconclusive"}
+RESULT_STYLE = {REGRESSED: "bold red", "not met": "bold red", WRONG: "bold red",
+                UNDECIDED: "yellow"}
+RESULT_WORD = {REGRESSED: "REGRESSED", "not met": "NOT MET", WRONG: "WRONG",
+               UNDECIDED: "inconclusive"}
 
 
 def headers(outcome: Outcome) -> list[str]:
@@ -107,3 +109,20 @@ def junit(outcome: Outcome) -> bytes:
                 ET.SubElement(case, "skipped", message=f"{c.result}: {c.reason}")
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def error_junit(message: str) -> bytes:
+    """The JUnit report of a gate that could not run (exit 2): one test case in error, so
+    that a CI page shows why, not an earlier run's report left in its place."""
+    counts = {"tests": "1", "failures": "0", "errors": "1", "skipped": "0"}
+    root = ET.Element("testsuites", name="qkbench gate", **counts)
+    suite = ET.SubElement(root, "testsuite", name="qkbench gate", **counts)
+    case = ET.SubElement(suite, "testcase", classname="qkbench gate", name="gate", time="0")
+    ET.SubElement(case, "error", message=message, type="usage").text = message
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def error_markdown(message: str) -> str:
+    """The Markdown of a gate that could not run: its heading and the error line."""
+    return f"### qkbench gate: ERROR\n\n**{md_cell(message)}**\n"

@@ -462,6 +462,20 @@ def test_a_report_that_fails_as_it_is_written_leaves_the_verdict_printed(archive
     assert result.stderr.strip() == "error: /dev/full: cannot be written (No space left on device)"
 
 
+def test_a_gate_that_cannot_run_leaves_its_error_in_the_reports_not_an_earlier_verdict(
+        archive, tmp_path):
+    junit, markdown = tmp_path / "junit.xml", tmp_path / "summary.md"
+    assert invoke(archive("base"), "--junit", str(junit), "--markdown", str(markdown)
+                  ).exit_code == 0
+    missing = tmp_path / "missing.json"
+    line = assert_usage_error(invoke(str(missing), "--junit", str(junit), "--markdown",
+                                     str(markdown)), str(missing))
+    error = ET.parse(junit).find("testsuite/testcase/error")
+    assert error is not None and error.get("message") == line
+    assert ET.parse(junit).getroot().get("errors") == "1"
+    assert markdown.read_text().endswith(f"### qkbench gate: ERROR\n\n**{line}**\n")
+
+
 def test_the_gate_judges_from_a_thread_other_than_the_main_one(archive):
     import threading
 
