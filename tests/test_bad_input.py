@@ -115,11 +115,11 @@ BAD = [
      ValueError, r"k_out is written but repeats its memory along heads"),
     # Heads 32 channels apart, each 64 wide: every head shares half of its neighbour's.
     ("in-place-overlapping-heads", lambda i: {"q": torch.randn(
-        5, (i.q.shape[1] + 1) * 32, dtype=i.q.dtype).unfold(-1, 64, 32)},
+        5, (i.q.shape[1] + 1) * 32, dtype=i.q.dtype, device=i.q.device).unfold(-1, 64, 32)},
      ValueError, r"q is written but its heads overlap in memory \(shape \(5, \d+, 64\), "
                  r"strides \(\d+, 32, 1\)\)"),
     ("output-overlapping-tokens", lambda i: {"inplace": False, "k_out": torch.empty(
-        i.k.numel(), dtype=i.k.dtype).as_strided(i.k.shape, (64, 64, 1))},
+        i.k.numel(), dtype=i.k.dtype, device=i.k.device).as_strided(i.k.shape, (64, 64, 1))},
      ValueError, r"k_out is written but its (tokens|heads) overlap in memory"),
 ]
 

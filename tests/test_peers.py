@@ -232,6 +232,7 @@ def test_an_archive_with_unsupported_cases_audits_clean(unsupported_run):
     assert audit(unsupported_run) == []
 
 
+@interpreter_only  # a sweep on the CPU backend: the harness runs kernels there too
 def test_a_wrong_route_is_not_hidden_by_the_other_declaring_the_case_unsupported(tmp_path):
     out = tmp_path / "run.json.gz"
     with pytest.MonkeyPatch.context() as mp:

@@ -78,12 +78,12 @@ def test_an_out_of_range_mrope_axis_gives_nan_in_its_own_lanes_only(device):
                                         reference.qk_norm_rope_oracle],
                          ids=lambda f: f.__name__)
 def test_the_eager_definition_and_the_oracle_give_nan_where_the_kernels_do(geometry,
-                                                                          definition):
+                                                                          definition, device):
     tokens = 2 * len(BAD) + 1
-    inputs = make_inputs(Case(geometry, tokens, max_position=MAX_POS), 0, "cpu")
+    inputs = make_inputs(Case(geometry, tokens, max_position=MAX_POS), 0, device)
     pos = inputs.positions.clone().long()
     if geometry.mrope_section:
-        pos[:, 1::2] = torch.tensor(BAD)[None, :]  # every axis of the odd tokens
+        pos[:, 1::2] = torch.tensor(BAD, device=device)[None, :]  # every axis of odd tokens
         pos[2, 2] = MAX_POS  # and one axis of an even one
     else:
         pos = bad_positions(inputs, tokens)
