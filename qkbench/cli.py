@@ -1,5 +1,6 @@
 """The command line: parses, calls the library, renders. Errors become one red line."""
 
+import contextlib
 import functools
 import json
 import os
@@ -15,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from qkbench import sigterm
 from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
@@ -228,6 +230,8 @@ def sweep(
 
     The first --route is the baseline (and the null arm), the others candidates."""
     path = None
+    handlers = contextlib.ExitStack()
+    handlers.enter_context(sigterm.as_interrupt())  # a cancelled job keeps its passes too
     try:
         if allow_code_change and not resume:
             raise QkbenchError("--allow-code-change only goes with --resume (a new run records "
@@ -296,11 +300,14 @@ def sweep(
             raise QkbenchError("; ".join(problems))
     except QkbenchError as e:
         _fail(e)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         said = (f"finished passes are in {path}; continue with: qkbench sweep --resume "
                 f"--out {path}" if path is not None else "no archive was written yet")
-        err.print(labelled("interrupted", said), soft_wrap=True)
-        raise typer.Exit(130) from None
+        how, status = sigterm.ended(e)
+        err.print(labelled(how, said), soft_wrap=True)
+        raise typer.Exit(status) from None
+    finally:
+        handlers.close()
 
 
 @app.command()

@@ -4,16 +4,14 @@ decisions are ``gate``'s, the commits' export ``refs``' and ``against``'s, the o
 
 import contextlib
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qkbench import seal
+from qkbench import seal, sigterm
 from qkbench.errors import USAGE, GateError, QkbenchError
 from qkbench.options import cells, overridden, refuse_given, timing
 
@@ -139,9 +137,8 @@ def gate(
                      "--tokens": tokens,
                      "--geometry": geometry, "--device": None if device == "auto" else device}
     # A CI job cancelled (SIGTERM) ends like Ctrl-C: the ref's export removed, no verdict.
-    # (Only the main thread may set a handler; elsewhere SIGTERM ends the process as ever.)
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    handlers = contextlib.ExitStack()
+    handlers.enter_context(sigterm.as_interrupt())
     reports = {}  # the report files to say an error in, once they were found writable
     try:
         if max_inconclusive < 0:
@@ -205,23 +202,14 @@ def gate(
         _write_error_reports(f"error: {e}", **reports)
         raise typer.Exit(USAGE) from None
     except KeyboardInterrupt as e:
-        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        how, status = sigterm.ended(e)
         err.print(labelled(how, "no verdict; the passes that finished are in the archive "
                            "named above, if any (the ref's export is removed)"),
                   soft_wrap=True)
-        raise typer.Exit(128 + signal.SIGTERM if isinstance(e, Terminated) else 130) from None
+        raise typer.Exit(status) from None
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+        handlers.close()
     raise typer.Exit(outcome.exit_code)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the gate runs so that it unwinds as from Ctrl-C."""
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated
 
 
 ONE_RUN = ("delta = candidate / baseline - 1 (mean log ratio over the balanced kept passes); "

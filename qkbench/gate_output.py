@@ -4,6 +4,7 @@ One row / test case per (comparison, case) cell, in the order the gate decided t
 one-line summary (``Outcome.summary``) always comes last.
 """
 
+import re
 import xml.etree.ElementTree as ET
 
 from rich.console import Group
@@ -79,6 +80,13 @@ def _value(x) -> str:
     return str(x)
 
 
+def _test_class(group: str) -> str:
+    """A test case's class: its group without the ref's sha (``fused@1a2b3c4d5e6f -> fused``
+    is ``fused@ref -> fused``), so that a CI's test history follows one cell across base
+    commits."""
+    return re.sub(r"@[0-9a-f]{12}\b", "@ref", group)
+
+
 def junit(outcome: Outcome) -> bytes:
     """JUnit XML: a ``<testsuite>`` per comparison (or expectation), a ``<testcase>`` per
     cell with ``<properties>`` holding its numbers (ratios as shares: 0.071 is +7.1 %), a
@@ -95,7 +103,8 @@ def junit(outcome: Outcome) -> bytes:
         cells = [c for c in outcome.cells if c.group == group]
         suite = ET.SubElement(root, "testsuite", name=group, **counts(cells))
         for c in cells:
-            case = ET.SubElement(suite, "testcase", classname=group, name=c.key, time="0")
+            case = ET.SubElement(suite, "testcase", classname=_test_class(group), name=c.key,
+                                 time="0")
             props = ET.SubElement(case, "properties")
             figures = {"verdict": c.verdict, "gate": c.result, "delta": c.estimate,
                        "interval_low": c.lo, "interval_high": c.hi, "width": c.width,

@@ -49,6 +49,8 @@ from qkbench.summary import MALFORMED, open_slots, summarize
 from qkbench.verify import status_word
 from qkbench.worker import PROGRESS, pass_header
 
+# The worker's progress line; a route's own line that merely begins so is output like any.
+PROGRESS_LINE = re.compile(rf"{PROGRESS} (\d+) (\d+)")
 # A pass's folder (its job and result files) in the temporary directory: the manager's
 # pid first, so that folders of a manager that was killed can be told and removed.
 PASS_DIR_PREFIX = "qkbench-pass-"
@@ -161,9 +163,8 @@ def _run_in_subprocess(job: dict, device: torch.device, events: Events, timeout:
         timed_out = False
 
         def take(line: str) -> None:
-            if line.startswith(PROGRESS):
-                done, total = (int(v) for v in line.split()[1:3])
-                events.case_done(done, total)
+            if progress := PROGRESS_LINE.fullmatch(line.rstrip()):
+                events.case_done(int(progress[1]), int(progress[2]))
             elif len(head) < 40:
                 head.append(line.rstrip())
             else:

@@ -122,6 +122,26 @@ def one_error_line(result) -> str:
     return lines[0]
 
 
+def test_a_sweep_ended_by_sigterm_exits_143_ends_its_worker_and_says_how_to_resume(tmp_path):
+    countdown = tmp_path / "hang"
+    countdown.write_text("1")  # the second worker to call the route hangs: pass 0 finishes
+    out = tmp_path / "run.json"
+    manager = spawn_cli(["sweep", *HANGING, "--out", str(out)], **{HANG: str(countdown)})
+    try:
+        wait_for(lambda: not countdown.exists(), 120, "a worker to reach the hanging route")
+        worker = lock_record(out)["worker"]
+        manager.send_signal(signal.SIGTERM)
+        _, stderr = manager.communicate(timeout=60)
+    finally:
+        kill(manager.pid)
+    assert manager.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"terminated (SIGTERM): finished passes are in {out}; continue with: qkbench sweep "
+        f"--resume --out {out}")
+    assert not alive(worker)
+    assert [p["index"] for p in archives.read(out)["passes"]] == [0]
+
+
 # -- a manager killed while its first worker runs (items 5, 6, 8, 9) ---------------------------
 
 
@@ -453,6 +473,11 @@ def test_a_worker_writing_bytes_that_are_not_utf8_on_stderr_still_completes_its_
     run, result = swept_in_workers.run, swept_in_workers.result
     assert [p["status"] for p in run["passes"]][:6] == ["ok"] * 6, result.output
     assert "timed out" not in result.output
+
+
+def test_a_route_line_that_begins_as_a_progress_line_is_output_not_a_crash(swept_in_workers):
+    run, result = swept_in_workers.run, swept_in_workers.result
+    assert [p["status"] for p in run["passes"]][:6] == ["ok"] * 6, result.output
     assert swept_in_workers.elapsed < 6 * TIMEOUT_S
 
 

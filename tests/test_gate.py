@@ -417,6 +417,19 @@ def test_junit_has_one_test_case_per_cell_with_failures_and_numbers(archive, tmp
         assert float(props["interval_low"]) > 0.02
 
 
+def test_a_junit_test_class_is_the_same_whatever_the_base_commit():
+    from qkbench import gate_output
+
+    def classes(sha: str) -> list[str]:
+        group = f"fused@{sha} -> fused"
+        cell = rules.Cell(group, "tiny/T1", "tiny", 1, "faster", rules.OK, "faster")
+        root = ET.fromstring(gate_output.junit(rules.Outcome("regressions", [cell], 0.02)))
+        assert root.find("testsuite").get("name") == group  # the commit is still said
+        return [c.get("classname") for c in root.iter("testcase")]
+
+    assert classes("1a2b3c4d5e6f") == classes("0f9e8d7c6b5a") == ["fused@ref -> fused"]
+
+
 def test_junit_marks_inconclusive_cells_skipped(archive, tmp_path):
     path = tmp_path / "gate.xml"
     assert invoke(archive("unstable"), "--junit", str(path)).exit_code == 3
