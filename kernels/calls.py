@@ -45,6 +45,7 @@ class Resolved:
     launches: tuple[KernelLaunch, ...]
     inplace: bool
     max_pos: int
+    position_axes: tuple[int, ...] | None = None  # ``RopeCall.position_axes``
 
     def run(self, tensors: Sequence, check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Launch on a call's tensors (in ``SLOTS`` order), its outputs made where needed."""
@@ -53,7 +54,7 @@ class Resolved:
         if q is k or q_out is not None or k_out is not None:
             check_apart(SLOTS, tensors, OUTPUTS)
         if check_positions:
-            check_position_range(positions, self.max_pos)
+            check_position_range(positions, self.max_pos, self.position_axes)
         if self.inplace:
             mark_written(("q", q), ("k", k))
             q_out, k_out = q, k

@@ -13,7 +13,7 @@ from numbers import Integral, Real
 
 import torch
 
-from .mrope import LAYOUTS, axis_map_tensor
+from .mrope import LAYOUTS, axis_map, axis_map_tensor
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 STYLES = ("neox", "gptj")
@@ -167,6 +167,9 @@ class RopeCall:
     axis_map: torch.Tensor | None
     rotary_dim: int
     neox: bool
+    # The rows of MRoPE positions some lane reads (an axis of no lanes is never read);
+    # None: every row.
+    position_axes: tuple[int, ...] | None = None
 
     @property
     def max_pos(self) -> int:
@@ -192,12 +195,16 @@ def _positions(positions: object, lead: tuple[int, ...], device: torch.device,
                          "merged into one token stride without a copy") from None
 
 
-def check_position_range(positions: torch.Tensor, max_pos: int) -> None:
-    """Raise unless every position lies in ``[0, max_pos)``: reads them back to the host,
-    so it synchronises with the device, and it refuses inside CUDA graph capture."""
+def check_position_range(positions: torch.Tensor, max_pos: int,
+                         axes: tuple[int, ...] | None = None) -> None:
+    """Raise unless every position the kernels read (MRoPE: the rows ``axes``) lies in
+    ``[0, max_pos)``: reads them back to the host, so it synchronises with the device, and
+    it refuses inside CUDA graph capture."""
     if positions.is_cuda and torch.cuda.is_current_stream_capturing():
         raise ValueError("check_positions=True reads the positions back to the host, which "
                          "CUDA graph capture forbids; pass check_positions=False")
+    if axes is not None:
+        positions = positions[list(axes)]
     if positions.numel() == 0:
         return
     lo, hi = (int(v) for v in torch.aminmax(positions))
@@ -329,10 +336,11 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
         raise ValueError(f"cos_sin_cache.stride(1) must be 1, got {cache.stride(1)}")
     check_device("cos_sin_cache", cache, device)
 
-    amap = None
+    amap, axes = None, None
     if mrope_section is not None:
         section = check_mrope_section(mrope_section, rotary_dim)
         amap = axis_map_tensor(section, mrope_layout, device)
+        axes = tuple(sorted(set(axis_map(section, mrope_layout))))
     pos = _positions(positions, tuple(q.shape[:-2]), device, amap is not None)
 
     if inplace:
@@ -349,7 +357,7 @@ def check_rope(q: object, k: object, positions: object, cos_sin_cache: object, *
         qo_rows = out_rows("q_out", q_res, q, "q")
         ko_rows = out_rows("k_out", k_res, k, "k")
     return RopeCall(q_rows, k_rows, qo_rows, ko_rows, pos, cache, amap, rotary_dim,
-                    style == "neox")
+                    style == "neox", axes)
 
 
 def check_norm(q_weight: object, k_weight: object, D: int, device: torch.device, eps: object,

@@ -160,6 +160,6 @@ def rope(
                                         bool(inplace), (calls.Q, calls.K, calls.Q_OUT,
                                                         calls.K_OUT, calls.CACHE,
                                                         calls.POSITIONS), plans))
-        return calls.Resolved(launches, bool(inplace), call.max_pos)
+        return calls.Resolved(launches, bool(inplace), call.max_pos, call.position_axes)
 
     return calls.call("rope", tensors, options, build, check_positions)

@@ -72,6 +72,23 @@ def test_an_out_of_range_mrope_axis_gives_nan_in_its_own_lanes_only(device):
     assert not q[0].isnan().any() and not q[2].isnan().any()
 
 
+@pytest.mark.parametrize("layout", ["sectioned", "interleaved", "glm-interleaved"])
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_check_positions_judges_only_the_mrope_axes_a_lane_reads(device, route, layout):
+    geometry = Geometry("mrope", 2, 1, 64, mrope_section=(24, 8, 0), mrope_layout=layout,
+                        inplace=False)
+    inputs = make_inputs(Case(geometry, 3, max_position=MAX_POS), 0, device)
+    pos = inputs.positions.clone()
+    pos[2, 1] = -1  # the width axis, which has no lane: never read
+    clean = run(route, inputs, geometry, positions=inputs.positions)
+    for got, want in zip(run(route, inputs, geometry, positions=pos, check_positions=True),
+                         clean, strict=True):
+        assert torch.equal(bits(got), bits(want))
+    pos[1, 1] = -1  # the height axis, which eight lanes read
+    with pytest.raises(ValueError, match=r"positions must lie in \[0, 64\)"):
+        run(route, inputs, geometry, positions=pos, check_positions=True)
+
+
 @pytest.mark.parametrize("geometry", [*GEOMETRIES, Geometry(
     "mrope", 2, 1, 64, mrope_section=(8, 12, 12), inplace=False)], ids=lambda g: g.name)
 @pytest.mark.parametrize("definition", [reference.qk_norm_rope_reference,
