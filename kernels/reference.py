@@ -10,10 +10,27 @@ from collections.abc import Sequence
 
 import torch
 
+from .checks import STYLES, WEIGHT_MODES, check_choice, check_int
 from .mrope import axis_map_tensor
 
 
+def _rotary_dim(x: torch.Tensor, cos_sin_cache: torch.Tensor, rotary_dim: int | None,
+                style: str) -> int:
+    """The rotary width, refused where the kernels' contract has none to give (a silent
+    default would define a different operation); any even width, unlike the kernels'."""
+    check_choice("style", style, STYLES)
+    D = x.shape[-1]
+    width = D if rotary_dim is None else check_int("rotary_dim", rotary_dim)
+    if width % 2 or not 2 <= width <= D:
+        raise ValueError(f"rotary_dim ({rotary_dim}) must be an even int in [2, head_dim={D}]")
+    if cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] != width:
+        raise ValueError(f"cos_sin_cache must be [max_pos, rotary_dim={width}], got "
+                         f"{list(cos_sin_cache.shape)}")
+    return width
+
+
 def _weight(weight: torch.Tensor, weight_mode: str, dtype: torch.dtype) -> torch.Tensor:
+    check_choice("weight_mode", weight_mode, WEIGHT_MODES)
     w = weight.to(dtype)
     return w + 1 if weight_mode == "offset" else w
 
@@ -68,7 +85,7 @@ def rope_reference(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                    style: str = "neox", mrope_section: Sequence[int] | None = None,
                    mrope_layout: str = "sectioned") -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate q and k in fp32, rounded to their dtype; returns new tensors."""
-    rotary_dim = rotary_dim or q.shape[-1]
+    rotary_dim = _rotary_dim(q, cos_sin_cache, rotary_dim, style)
     cos, sin = _lane_cos_sin(positions, cos_sin_cache, q.shape[:-2], rotary_dim, mrope_section,
                              mrope_layout, torch.float32)
     return tuple(_rotate(x.float(), cos, sin, rotary_dim, style).to(x.dtype) for x in (q, k))
@@ -94,7 +111,7 @@ def qk_norm_rope_oracle(
     mrope_section: Sequence[int] | None = None, mrope_layout: str = "sectioned",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The operation in float64 with no intermediate rounding; returns float64 tensors."""
-    rotary_dim = rotary_dim or q.shape[-1]
+    rotary_dim = _rotary_dim(q, cos_sin_cache, rotary_dim, style)
     cos, sin = _lane_cos_sin(positions, cos_sin_cache, q.shape[:-2], rotary_dim, mrope_section,
                              mrope_layout, torch.float64)
     outs = []

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from qkbench.case import Case, Geometry, make_inputs
-from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, rms_norm, rope
+from qkbench.kernels import qk_norm_rope, qk_norm_rope_split, reference, rms_norm, rope
 
 from conftest import gpu_only
 
@@ -122,6 +122,22 @@ BAD = [
         i.k.numel(), dtype=i.k.dtype, device=i.k.device).as_strided(i.k.shape, (64, 64, 1))},
      ValueError, r"k_out is written but its (tokens|heads) overlap in memory"),
 ]
+
+
+@pytest.mark.parametrize("definition", [reference.qk_norm_rope_reference,
+                                        reference.qk_norm_rope_oracle],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(("overrides", "error", "pattern"), [
+    (lambda i: {"style": "gpt-j"}, ValueError, r"style must be one of"),
+    (lambda i: {"weight_mode": "gemma"}, ValueError, r"weight_mode must be one of"),
+    (lambda i: {"rotary_dim": 0}, ValueError, r"rotary_dim \(0\) must be an even int"),
+    (lambda i: {"rotary_dim": 32}, ValueError,
+     r"cos_sin_cache must be \[max_pos, rotary_dim=32\], got \[\d+, 64\]"),
+], ids=["style", "weight-mode", "rotary-0", "table-wider-than-rotary"])
+def test_the_definitions_refuse_what_the_kernels_refuse(inputs, definition, overrides, error,
+                                                        pattern):
+    with pytest.raises(error, match=pattern):
+        inputs.call(definition, **overrides(inputs))
 
 
 def _apart(inputs, **outputs: str) -> dict:
