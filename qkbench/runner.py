@@ -354,22 +354,20 @@ def _differing(a, b, path: str = "") -> list[tuple[str, object, object]]:
     return [] if a == b else [(path, a, b)]
 
 
-def broken_routes(result: dict) -> set[str]:
-    """The routes a pass found invalid (raised, or off the oracle or their exactness group;
-    not merely unsupported) on every case it verified."""
-    checks = [c["verification"] for c in result.get("cases", []) if "verification" in c]
-    bad = [{name for name, check in v.items() if status_word(check) == "WRONG"} for v in checks]
-    return set.intersection(*bad) if bad else set()
-
-
 def hopeless(protocol: Protocol, result: dict | None) -> set[str]:
     """The routes that make a run hopeless after ``result`` (a pass, or None before one):
-    where a route of every comparison was invalid on every case it verified, no pass can
-    give any verdict (empty otherwise)."""
-    broken = broken_routes(result) if result else set()
-    if broken and all(protocol.baseline in broken or candidate in broken
-                      for candidate in protocol.candidates):
-        return broken
+    where on every case the pass verified each comparison has a route that is wrong there
+    (raised, or off the oracle or its exactness group) or does not support it (n/s), no
+    pass can give any verdict. Empty otherwise, and where a case went unverified (e.g. out
+    of memory): that one may still give one."""
+    checks = [c.get("verification") for c in (result or {}).get("cases", [])]
+    if not checks or None in checks:
+        return set()
+    pairs = [(protocol.baseline, candidate) for candidate in protocol.candidates]
+    unusable = [{name for name, check in v.items() if status_word(check) != "ok"}
+                for v in checks]
+    if all(set(pair) & bad for bad in unusable for pair in pairs):
+        return {r for bad in unusable for pair in pairs for r in set(pair) & bad}
     return set()
 
 
@@ -380,13 +378,17 @@ def first_pass(run: dict) -> dict | None:
 def stopped(protocol: Protocol, run: dict) -> str | None:
     """Why ``sweep`` returned ``run`` before it was complete (None where it did not stop)."""
     broken = hopeless(protocol, first_pass(run)) if run["status"] != "complete" else set()
-    return f"the sweep stopped after its first pass: {_invalid_everywhere(broken)}" if broken \
-        else None
+    return (f"the sweep stopped after its first pass: "
+            f"{_invalid_everywhere(broken, first_pass(run))}") if broken else None
 
 
-def _invalid_everywhere(broken: set[str]) -> str:
-    return (f"{', '.join(sorted(broken))} invalid on every case, so no comparison could give "
-            "a verdict")
+def _invalid_everywhere(broken: set[str], result: dict) -> str:
+    words = {status_word(c["verification"][r]) for c in result["cases"] for r in broken} - {
+        "ok"}
+    what = {frozenset({"WRONG"}): "invalid", frozenset({"n/s"}): "not supported (n/s)"}.get(
+        frozenset(words), "invalid or not supported (n/s)")
+    return (f"{', '.join(sorted(broken))} {what} on every case, so no comparison could give a "
+            "verdict")
 
 
 def resumable(run: dict) -> bool:
@@ -451,7 +453,8 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
             if broken:
                 # A slot with an invalid route is never replaced: no verdict can come of it.
                 raise ArchiveError(f"{out}: cannot resume: its first pass found "
-                                   f"{_invalid_everywhere(broken)}; start a new sweep")
+                                   f"{_invalid_everywhere(broken, first_pass(run))}; start "
+                                   "a new sweep")
             if run["status"] == "complete":
                 events.already_complete()
                 return run

@@ -551,16 +551,19 @@ def test_sweep_with_an_invalid_route_stops_after_its_first_pass_and_exits_1_sayi
     assert all(not c["verification"][route]["ok"] for p in run["passes"] for c in p["cases"])
 
 
-def test_a_run_whose_every_cell_is_n_s_exits_1_saying_no_cell_was_measured(tmp_path,
-                                                                         monkeypatch):
+def test_a_run_whose_every_cell_is_n_s_stops_after_its_first_pass_and_exits_1_saying_so(
+        tmp_path, monkeypatch):
+    from qkbench import archive
+
     monkeypatch.syspath_prepend(str(FIXTURES))
     out = tmp_path / "run.json"
     result = _quick_sweep("--route", "split", "--route", "fake_routes:supports_nothing",
                           "--out", str(out))
     assert result.exit_code == 1, result.output
     assert result.stderr.strip().splitlines()[-1] == (
-        "error: no cell was measured: all 1 are n/s (a route supports none of them), so the "
-        "run measured nothing a verdict can be read from")
+        "error: the sweep stopped after its first pass: fake_routes:supports_nothing not "
+        "supported (n/s) on every case, so no comparison could give a verdict")
+    assert [p["index"] for p in archive.read(out)["passes"]] == [0]
 
 
 def test_ctrl_c_in_a_calibration_names_the_run_under_way_and_how_to_finish(tmp_path,

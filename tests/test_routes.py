@@ -106,7 +106,7 @@ def _verified(*cases: dict) -> dict:
 OK, BAD, NS = {"ok": True}, {"ok": False, "error": "raised"}, {"ok": False, "unsupported": "x"}
 
 
-def test_a_run_is_hopeless_only_when_every_comparison_has_a_route_invalid_everywhere():
+def test_a_run_is_hopeless_only_when_no_case_of_any_comparison_can_give_a_verdict():
     from types import SimpleNamespace
 
     from qkbench.runner import hopeless
@@ -118,8 +118,16 @@ def test_a_run_is_hopeless_only_when_every_comparison_has_a_route_invalid_everyw
     assert hopeless(one, everywhere) == {"bad"}
     assert hopeless(two, everywhere) == set()  # split -> fused can still give verdicts
     assert hopeless(one, _verified({"split": OK, "bad": BAD}, {"split": OK, "bad": OK})) == set()
-    assert hopeless(one, _verified({"split": OK, "bad": NS}, {"split": OK, "bad": BAD})) == set()
+    # Not supported (n/s) on one case and wrong on the other: neither can give a verdict.
+    assert hopeless(one, _verified({"split": OK, "bad": NS}, {"split": OK, "bad": BAD})) == {
+        "bad"}
+    assert hopeless(one, _verified({"split": OK, "bad": NS}, {"split": OK, "bad": NS})) == {
+        "bad"}
+    assert hopeless(two, _verified({"split": OK, "fused": NS, "bad": BAD},
+                                   {"split": OK, "fused": OK, "bad": NS})) == set()
     assert hopeless(one, {"cases": [{"key": "c0", "error": "out of memory"}]}) == set()
+    assert hopeless(one, {"cases": [{"key": "c0", "verification": {"split": OK, "bad": NS}},
+                                    {"key": "c1", "error": "out of memory"}]}) == set()
 
 
 @pytest.mark.parametrize(("name", "every"), [("split+1/8", 8), ("split+1/8~twin", 8),
