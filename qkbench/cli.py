@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -136,9 +136,10 @@ def archive_path(out_path: Path | None, protocol_name: str, resume: bool) -> Pat
     return (out_path or Path("results")) / name
 
 
-def _sweep_events(runner, proto, bar, started_at: float):
+def _sweep_events(runner, proto, bar, started_at: float, earlier: Sequence[dict] = ()):
     """The runner events drawn as a progress bar on a terminal, else as one plain line per
-    finished pass on stderr (a CI log, a pipe)."""
+    finished pass on stderr (a CI log, a pipe), its drops counted from the ``earlier``
+    passes of a resumed run on."""
     from qkbench.progress import pass_drops, pass_line
 
     def complete() -> None:
@@ -157,7 +158,8 @@ def _sweep_events(runner, proto, bar, started_at: float):
             case_done=lambda done, total: bar.update(cases_task, completed=done),
             pass_finished=lambda index, status: bar.advance(passes_task),
             already_complete=complete)
-    drops = [0, 0]
+    counted = [pass_drops(p, proto.timing.drop_threshold) for p in earlier]
+    drops = [sum(d for d, _ in counted), sum(m for _, m in counted)]
 
     def finished(result: dict) -> None:
         dropped, measured = pass_drops(result, proto.timing.drop_threshold)
@@ -170,14 +172,14 @@ def _sweep_events(runner, proto, bar, started_at: float):
 
 
 def _swept(proto, dev, path: Path, resume: bool = False, allow_code_change: bool = False,
-           named: Callable[[Path], None] | None = None) -> dict:
+           named: Callable[[Path], None] | None = None, earlier: Sequence[dict] = ()) -> dict:
     """``runner.sweep`` with progress on stderr: a bar on a terminal, else lines. With
     ``named``, ``path`` is a name the tool chose: the next free one may be taken instead,
     and ``named`` hears it."""
     from qkbench import runner
 
     def sweep(bar) -> dict:
-        events = _sweep_events(runner, proto, bar, time.monotonic())
+        events = _sweep_events(runner, proto, bar, time.monotonic(), earlier)
         if named is not None:
             events.archive_named = named
         return runner.sweep(proto, dev, path, resume=resume, command=sys.argv,
@@ -279,7 +281,8 @@ def sweep(
                           "(minutes here): hours or days; Ctrl-C keeps the finished passes",
                           highlight=False, soft_wrap=True)
         run = _swept(proto, dev, path, resume, allow_code_change,
-                     named if not resume and path != out_path else None)
+                     named if not resume and path != out_path else None,
+                     resumed["passes"] if resumed else ())
         out.print(report.as_rich(run), soft_wrap=not out.is_terminal)
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
         failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]

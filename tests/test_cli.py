@@ -4,6 +4,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -451,6 +452,20 @@ def test_piped_sweep_prints_one_line_per_finished_pass(smoke_sweep, smoke_archiv
     assert [int(m[4]) for m in found[:6]] == [2, 4, 6, 8, 10, 12]  # two cases a pass
     drops = smoke_archive["summary"]["comparisons"][0]["drops"]
     assert (int(found[-1][3]), int(found[-1][4])) == (drops["dropped"], drops["total"])
+
+
+def test_a_resumed_sweep_counts_its_drops_from_the_passes_it_found(one_pass, tmp_path):
+    from qkbench import archive as archives
+
+    path = tmp_path / "run.json"
+    shutil.copy(one_pass, path)
+    found = archives.read(path)["passes"]
+    result = invoke("sweep", "--resume", "--out", str(path))
+    assert result.exit_code == 0, result.output
+    counts = [tuple(map(int, m.groups())) for line in result.stderr.splitlines()
+              if (m := re.search(r"drops so far (\d+) of (\d+)", line))]
+    cases = len(found[0]["cases"])
+    assert [measured for _, measured in counts][:2] == [2 * cases, 3 * cases]
 
 
 @interpreter_only
