@@ -59,19 +59,21 @@ def run(export: refs.Export, protocol: Protocol, routes: Sequence[str], device: 
     ``starting`` hears each archive's path before its sweep starts."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     header = {"gate": {"against": export.record(), "candidate": candidate_record()}}
-    done = []
-    for route in routes:
-        proto = protocol.with_overrides(routes=[export.route(route), route])
+
+    def sweep(proto: Protocol, path: Path) -> tuple[Path, dict]:
+        """One route's sweep, and the archive's path: ``path``, or the next free name."""
         events = events_for(proto) if events_for else runner.Events()
-        named = [out_dir / archive_name(protocol.name, route, stamp)]
+        used = [path]
 
-        def take(path: Path, named: list[Path] = named) -> None:
-            named[0] = path
+        def named(chosen: Path) -> None:
+            used[0] = chosen
             if starting:
-                starting(path)
+                starting(chosen)
 
-        events.archive_named = take
-        archive = runner.sweep(proto, device, named[0], command=command, events=events,
+        events.archive_named = named
+        archive = runner.sweep(proto, device, path, command=command, events=events,
                                header=header, fresh_name=True)
-        done.append((named[0], archive))
-    return done
+        return used[0], archive
+
+    return [sweep(protocol.with_overrides(routes=[export.route(route), route]),
+                  out_dir / archive_name(protocol.name, route, stamp)) for route in routes]

@@ -154,19 +154,18 @@ def regressions(summary: dict, tolerance: float, wrong: Wrong) -> list[Cell]:
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
             result, reason = decide(e["verdict"], e["best"], tolerance, e["width"])
-            if result == UNDECIDED:
-                bad = _wrong(wrong, pair, c["key"], [comp["candidate"]])
-                if bad:
-                    cells.append(Cell(_name(comp), c["key"], c["geometry"], c["tokens"],
-                                      e["verdict"], WRONG, bad[0], numbers=bad[1]))
-                    continue
+            bad = _wrong(wrong, pair, c["key"], [comp["candidate"]]) \
+                if result == UNDECIDED else None
+            if bad:
+                result, reason = WRONG, bad[0]
+            elif result == UNDECIDED:
                 reason = _no_verdict_reason(e)
             cells.append(Cell(
                 _name(comp), c["key"], c["geometry"], c["tokens"], e["verdict"], result, reason,
                 e["estimate"], e["best"], e["worst"], e["width"], e["coverage"],
                 {"kept": e["kept"], "total": e["total"], "median": e["median"],
                  "width_median": e["width_median"], "baseline_us": t.get("baseline"),
-                 "candidate_us": t.get("candidate")}))
+                 "candidate_us": t.get("candidate"), **(bad[1] if bad else {})}))
     return cells
 
 
@@ -374,19 +373,23 @@ class Outcome:
     cells: list[Cell]
     tolerance: float | None = None
     max_inconclusive: int = 0
-    notes: list[str] = field(default_factory=list)  # said before the summary line
+    notes: list[str] = field(default_factory=list)  # the run's, said before the summary
 
-    def __post_init__(self) -> None:
+    @property
+    def said(self) -> list[str]:
+        """What is said before the summary line: ``notes``, then how many passing cases an
+        instrument wider than the tolerance could not judge at it."""
         blind = [c for c in self.cells if c.result == OK and self.tolerance is not None
                  and c.width is not None and c.width > self.tolerance]
-        if blind:
-            widest = max(blind, key=lambda c: c.width)
-            self.notes.append(
-                f"the instrument was wider than the {pct(self.tolerance, False)} tolerance "
-                f"at {len(blind)} of {len(self.judged)} judged cases (widest "
-                f"{pct(widest.width, False)} at {self.label(widest)}): a regression between "
-                "the tolerance and the width passes there unseen; a quieter machine or more "
-                "passes narrow it")
+        if not blind:
+            return self.notes
+        widest = max(blind, key=lambda c: c.width)
+        return [*self.notes,
+                f"the instrument was wider than the {pct(self.tolerance, False)} tolerance at "
+                f"{len(blind)} of {len(self.judged)} judged cases (widest "
+                f"{pct(widest.width, False)} at {self.label(widest)}): a regression between the "
+                "tolerance and the width passes there unseen; a quieter machine or more "
+                "passes narrow it"]
 
     @property
     def failed(self) -> list[Cell]:

@@ -190,16 +190,23 @@ def gate(
         else:
             outcome, measure = _across(baseline, candidate, tol, max_inconclusive, absolute,
                                        allow_mismatch)
-        from qkbench.gate_output import as_rich
+        from qkbench import gate_output
 
         # Inside the try: output that cannot be written is exit 2, never read as a regression;
         # the table first, so that a report file that fails still leaves the verdict said.
-        out.print(as_rich(outcome, measure), highlight=False, soft_wrap=True)
+        out.print(gate_output.as_rich(outcome, measure), highlight=False, soft_wrap=True)
         reports = {}  # one that fails now may have written the other: that one stands
-        _write_reports(outcome, measure, junit, markdown)
+        _write_reports(junit, markdown, gate_output.junit(outcome),
+                       gate_output.as_markdown(outcome, measure))
     except QkbenchError as e:
         say_error(e)
-        _write_error_reports(f"error: {e}", **reports)
+        if reports:  # best effort: the error in place of a verdict, so that no earlier
+            # run's report is read as this one's (the error line is said already)
+            from qkbench import gate_output
+
+            with contextlib.suppress(GateError):
+                _write_reports(**reports, junit_xml=gate_output.error_junit(f"error: {e}"),
+                               text=gate_output.error_markdown(f"error: {e}"))
         raise typer.Exit(USAGE) from None
     except KeyboardInterrupt as e:
         how, status = sigterm.ended(e)
@@ -367,12 +374,12 @@ def _unwritable(path: Path) -> str | None:
     return why
 
 
-def _write_reports(outcome, measure: str, junit: Path | None, markdown: Path | None) -> None:
-    from qkbench import gate_output
-
-    for path, write in ((junit, lambda f: f.write_bytes(gate_output.junit(outcome))),
-                        (markdown, lambda f: _append(f, gate_output.as_markdown(outcome,
-                                                                                measure)))):
+def _write_reports(junit: Path | None, markdown: Path | None, junit_xml: bytes,
+                   text: str) -> None:
+    """``junit_xml`` into the JUnit file and ``text`` appended to the Markdown one (either
+    path None: not written), their missing folders made."""
+    for path, write in ((junit, lambda f: f.write_bytes(junit_xml)),
+                        (markdown, lambda f: _append(f, text))):
         if path is not None:
             try:
                 if not path.exists():
@@ -380,21 +387,6 @@ def _write_reports(outcome, measure: str, junit: Path | None, markdown: Path | N
                 write(path)
             except OSError as e:  # the disk full, the file replaced since it was checked
                 raise GateError(f"{path}: cannot be written ({e.strerror})") from None
-
-
-def _write_error_reports(message: str, junit: Path | None = None,
-                         markdown: Path | None = None) -> None:
-    """Best effort: the error in the report files in place of a verdict, so that none of
-    an earlier run's is read as this one's; the error line on stderr is said already."""
-    from qkbench import gate_output
-
-    with contextlib.suppress(OSError):
-        if junit is not None:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_bytes(gate_output.error_junit(message))
-        if markdown is not None:
-            markdown.parent.mkdir(parents=True, exist_ok=True)
-            _append(markdown, gate_output.error_markdown(message))
 
 
 def _append(path: Path, text: str) -> None:

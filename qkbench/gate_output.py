@@ -52,7 +52,7 @@ def as_rich(outcome: Outcome, measure: str) -> Group:
     for cell, row in zip(outcome.cells, rows(outcome), strict=True):
         table.add_row(*map(Text, row), style=RESULT_STYLE.get(cell.result))
     style = {0: "green", 1: "bold red", 3: "yellow"}[outcome.exit_code]
-    return Group(table, *(Text(n) for n in outcome.notes),
+    return Group(table, *(Text(n) for n in outcome.said),
                  Text(outcome.summary(), style=style))
 
 
@@ -67,7 +67,7 @@ def as_markdown(outcome: Outcome, measure: str) -> str:
         if cell.result in (*FAILING, UNDECIDED):
             row = [*row[:7], f"**{row[7]}**", row[8]]
         out.append(md_row(row))
-    out += [""] + [f"- {md_cell(n)}" for n in outcome.notes]
+    out += [""] + [f"- {md_cell(n)}" for n in outcome.said]
     out += ["", f"**{md_cell(outcome.summary())}**"]
     return "\n".join(out) + "\n"
 

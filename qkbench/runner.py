@@ -383,10 +383,10 @@ def stopped(protocol: Protocol, run: dict) -> str | None:
 
 
 def _invalid_everywhere(broken: set[str], result: dict) -> str:
-    words = {status_word(c["verification"][r]) for c in result["cases"] for r in broken} - {
-        "ok"}
-    what = {frozenset({"WRONG"}): "invalid", frozenset({"n/s"}): "not supported (n/s)"}.get(
-        frozenset(words), "invalid or not supported (n/s)")
+    words = {status_word(c["verification"][r]) for c in result["cases"] for r in broken}
+    what = " or ".join(said for word, said in (("WRONG", "invalid"),
+                                               ("n/s", "not supported (n/s)"))
+                       if word in words)
     return (f"{', '.join(sorted(broken))} {what} on every case, so no comparison could give a "
             "verdict")
 
