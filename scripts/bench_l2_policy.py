@@ -5,7 +5,7 @@ left behind.
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps
                 |larger-programs|few-programs|tiles-3.8|norm|rope|async-table|table-cached
-                |persistent|k-ratio-cut]
+                |persistent|k-ratio-cut|tma]
         [--geometries d128|d128-dit|goals|qwen3|gqa8]
         [--cold] [--route fused|split]
 
@@ -56,8 +56,8 @@ from bench_kernels import (
     shipped,
 )
 
-# An arm key naming a variant of the prototype in ``proto_async_table.py`` (a CUDA device
-# and D = 128 neox geometries only), which the arm runs instead of the route.
+# An arm key naming a variant of a prototype, ``proto_async_table.py`` or ``proto_tma.py``
+# (a CUDA device and D = 128 neox geometries only), which the arm runs instead of the route.
 PROTOTYPE = "prototype"
 # An arm key: "zero" runs the arm with every position 0, so that every token's table row is
 # the same one, found in L1 or the L2 (its bits checked against the split route's at those
@@ -101,6 +101,13 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "persistent": {
         "default": {}, "default-again": {}, "persistent-2": {PROTOTYPE: "persistent-2"},
         "persistent-4": {PROTOTYPE: "persistent-4"},
+    },
+    # The rows moved by TMA boxes through shared memory (``proto_tma.py``), loads and
+    # stores or loads only, beside the rows' copy at the default's program size and at the
+    # fastest one (1024 elements).
+    "tma": {
+        "default": {}, "default-again": {}, "tma": {PROTOTYPE: "tma"},
+        "tma-loads": {PROTOTYPE: "tma-loads"},
     },
     # Programmatic Dependent Launch (the ``pdl`` call option) by the plan's rule, and in
     # each of its variants (``plan.Settings.pdl_variant``).
@@ -213,6 +220,8 @@ def copy_arms(arms: str) -> dict[str, tuple[int, int | None] | None]:
         return {f"rows-copy-{b}-w{w}": (b, w) for b, w in COPY_WARPS}
     if arms == "copies":
         return {**{f"rows-copy-{b}": (b, None) for b in ROWS_COPY_BLOCKS}, "copy_": None}
+    if arms == "tma":
+        return {f"rows-copy-{b}": (b, None) for b in (1024, 4096)}
     return {}
 
 
@@ -245,6 +254,17 @@ def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Sha
     d128 = [Shape(g, t, long_table) for g in prefill.geometries if g.head_dim == 128
             for t in tokens]
     return [dit_shape(), *d128] if geometries == "d128-dit" else d128
+
+
+def prototype(variant: str):
+    """The op of the prototype whose variant ``variant`` is."""
+    import proto_tma
+
+    if variant in proto_tma.VARIANTS:
+        return proto_tma.qk_norm_rope_tma
+    from proto_async_table import qk_norm_rope_async
+
+    return qk_norm_rope_async
 
 
 def copy_launch(size: tuple[int, int | None] | None, inputs, inplace: bool):
@@ -290,9 +310,7 @@ def measure_shape(backend, shape: Shape, arms: dict, copies: dict, rounds: int,
         options = {k: v for k, v in arm.items() if k in CALL_OPTIONS}
         arm_op = op
         if PROTOTYPE in arm:
-            from proto_async_table import qk_norm_rope_async
-
-            arm_op = functools.partial(qk_norm_rope_async, variant=arm[PROTOTYPE])
+            arm_op = functools.partial(prototype(arm[PROTOTYPE]), variant=arm[PROTOTYPE])
         arm_inputs = at_zero if arm.get(POSITIONS) == "zero" else inputs
         with plan.use(**settings):
             checks[label] = identical(call(arm_op, arm_inputs, g.inplace, **options),

@@ -57,6 +57,9 @@
 # `cp results/h200/2026-12-07-v314a/gate-gqa8.toml .`, v313.bundle the only bundle in the
 # root), then `v312d`. `v314a` ran on an H100 on 2026-12-07 (results/h100/2026-12-07-v314a/;
 # the H200 refused thirteen asks that session); its H200 run is still the next call.
+# `tma` (2026-12-07, the twenty-first session): the rows moved by TMA boxes
+# (scripts/proto_tma.py) beside the fused kernel and the rows' copies, at DiT and the D = 128
+# prefill geometries, T = 8192 and 32768, hot and cold: about three minutes.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -69,7 +72,7 @@ large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 l2='python scripts/bench_l2_policy.py --rounds 24'
 smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a or v314a} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a, v314a or tma} in
     v312a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
@@ -95,6 +98,9 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "timeout 80 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --cold --out \$WORK/k-ratio-cut-cold" \
         'git clone -q v313.bundle /tmp/r313 && timeout 150 qkbench gate --against kernels-3.13 --repo /tmp/r313 --protocol gate-gqa8.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.13 --repo /tmp/r313 --protocol gate-gqa8.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' ;;
+    tma) bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --out \$WORK/tma-hot" \
+        "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/tma-cold" ;;
     v312d) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v39.bundle /tmp/r39 && timeout 300 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-rope.toml --route split --device cuda --out $WORK/gate' \
         'timeout 60 qkbench gate --against kernels-3.9 --repo /tmp/r39 --protocol gate-dit.toml --route split --device cuda --out $WORK/gate' \
