@@ -103,11 +103,12 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
         "persistent-4": {PROTOTYPE: "persistent-4"},
     },
     # The rows moved by TMA boxes through shared memory (``proto_tma.py``), loads and
-    # stores or loads only, beside the rows' copy at the default's program size and at the
-    # fastest one (1024 elements).
+    # stores, loads only, or loads only with the table copied into shared memory beside
+    # them, and the rows' copy at the default's program size and at the fastest (1024).
     "tma": {
         "default": {}, "default-again": {}, "tma": {PROTOTYPE: "tma"},
         "tma-loads": {PROTOTYPE: "tma-loads"},
+        "tma-async-table": {PROTOTYPE: "tma-async-table"},
     },
     # Programmatic Dependent Launch (the ``pdl`` call option) by the plan's rule, and in
     # each of its variants (``plan.Settings.pdl_variant``).

@@ -10,10 +10,13 @@ two rotary halves are read by one TMA box each, ``[BT, BH, D / 2]`` of a host-bu
 descriptor over ``[T, H, D]``, both issued on one barrier before the table is loaded (the
 rows past T or H are filled with zeros and never stored). Written in Gluon: Triton's
 descriptor loads wait for each box before the next is issued, and splitting one box of
-both halves took 24-33 layout conversions (sm_90, Triton 3.6). Two variants (``variant``):
+both halves took 24-33 layout conversions (sm_90, Triton 3.6). Three variants (``variant``):
 
 * ``tma``: the halves stored by TMA too (through shared memory; the clipping is the mask);
-* ``tma-loads``: TMA loads, the fused kernel's own vector stores.
+* ``tma-loads``: TMA loads, the fused kernel's own vector stores;
+* ``tma-async-table``: as ``tma-loads``, with each token's table row copied into shared
+  memory (``cp.async``) beside the rows' boxes, so that no register waits on it (the
+  other two hold the table's tiles across the wait: 80-95 registers).
 
 ``python scripts/bench_l2_policy.py --arms tma`` times them beside the fused kernel with
 its null arm; ``python scripts/proto_tma.py`` compiles them for sm_90 here (no device) and
@@ -21,9 +24,10 @@ counts what their code does per program (``kernel_ir.counts``).
 """
 
 import torch
-from proto_async_table import row_layout
+from proto_async_table import copy_layout, row_layout
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -39,14 +43,15 @@ from qkbench.kernels.tiles import (
     rotate,
 )
 
-VARIANTS = {"tma": 1, "tma-loads": 0}
+# variant -> (TMA_STORE, TABLE_ASYNC)
+VARIANTS = {"tma": (1, 0), "tma-loads": (0, 0), "tma-async-table": (0, 1)}
 
 
 @gluon.jit
 def _tma_tile(xd, od, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
               stride_ot, stride_oh, stride_cs, stride_pos_t, D: gl.constexpr,
               R2: gl.constexpr, BT: gl.constexpr, BH: gl.constexpr, L3: gl.constexpr,
-              TMA_STORE: gl.constexpr):
+              CL: gl.constexpr, TMA_STORE: gl.constexpr, TABLE_ASYNC: gl.constexpr):
     dtype: gl.constexpr = o_ptr.dtype.element_ty
     LT: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
     LH: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, L3))
@@ -62,8 +67,6 @@ def _tma_tile(xd, od, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
     tma.async_copy_global_to_shared(xd, [tb * BT, hb * BH, 0], bar, s1)
     tma.async_copy_global_to_shared(xd, [tb * BT, hb * BH, R2], bar, s2)
 
-    # The table row in the rows' layout, every head's lanes reading their token's row (as
-    # ``tiles.cos_sin`` does), and the weights.
     t = tb * BT + gl.arange(0, BT, layout=LT)
     pos = gl.load(pos_ptr + t.to(gl.int64) * stride_pos_t, mask=t < T, other=0).to(gl.int64)
     valid = (pos >= 0) & (pos < max_pos) & (t < T)
@@ -72,16 +75,39 @@ def _tma_tile(xd, od, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
     h = hb * BH + gl.arange(0, BH, layout=LH)
     h3 = gl.expand_dims(gl.expand_dims(h, 0), 2)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
-    row = (cs_ptr + gl.expand_dims(gl.expand_dims(gl.where(valid, pos, 0) * stride_cs, 1), 2)
-           + i3 + h3.to(gl.int64) * 0)
-    m3 = v3 & (h3 >= 0)
-    c = gl.load(row, mask=m3, other=0.0).to(gl.float32)
-    s = gl.load(row + R2, mask=m3, other=0.0).to(gl.float32)
+    if TABLE_ASYNC:
+        # The table rows copied into shared memory once per token, holding no register
+        # while the rows are in flight.
+        tab = gl.allocate_shared_memory(gl.float32, [BT, 2 * R2],
+                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        tc = tb * BT + gl.arange(0, BT, layout=gl.SliceLayout(1, CL))
+        pc = gl.load(pos_ptr + tc.to(gl.int64) * stride_pos_t, mask=tc < T,
+                     other=0).to(gl.int64)
+        vc = (pc >= 0) & (pc < max_pos) & (tc < T)
+        col = gl.arange(0, 2 * R2, layout=gl.SliceLayout(0, CL))
+        src = (cs_ptr + gl.expand_dims(gl.where(vc, pc, 0) * stride_cs, 1)
+               + gl.expand_dims(col, 0))
+        cp.async_copy_global_to_shared(tab, src, mask=gl.expand_dims(vc, 1))
+        cp.commit_group()
+    else:
+        # The table row in the rows' layout, every head's lanes reading their token's row
+        # (as ``tiles.cos_sin`` does).
+        row = (cs_ptr
+               + gl.expand_dims(gl.expand_dims(gl.where(valid, pos, 0) * stride_cs, 1), 2)
+               + i3 + h3.to(gl.int64) * 0)
+        m3 = v3 & (h3 >= 0)
+        c = gl.load(row, mask=m3, other=0.0).to(gl.float32)
+        s = gl.load(row + R2, mask=m3, other=0.0).to(gl.float32)
     w1 = gl.expand_dims(gl.expand_dims(norm_weight(w_ptr, i, i < D, False), 0), 1)
     w2 = gl.expand_dims(gl.expand_dims(norm_weight(w_ptr, R2 + i, R2 + i < D, False), 0), 1)
 
     mbarrier.wait(bar, 0)
     mbarrier.invalidate(bar)
+    if TABLE_ASYNC:
+        cp.wait_group(0)
+        gl.thread_barrier()
+        c = gl.expand_dims(tab.slice(0, R2, dim=1).load(gl.SliceLayout(1, L3)), 1)
+        s = gl.expand_dims(tab.slice(R2, R2, dim=1).load(gl.SliceLayout(1, L3)), 1)
     x1 = s1.load(L3).to(gl.float32)
     x2 = s2.load(L3).to(gl.float32)
     sumsq = pairs_sumsq(x1, x2, R2, True, BT, BH)
@@ -110,19 +136,19 @@ def tma_kernel(qd, kd, qod, kod, qo_ptr, ko_ptr, qw_ptr, kw_ptr, cs_ptr, pos_ptr
                stride_cs, stride_pos_t, q_programs, q_head_blocks: gl.constexpr,
                k_head_blocks: gl.constexpr, D: gl.constexpr, BTQ: gl.constexpr,
                BHQ: gl.constexpr, BTK: gl.constexpr, BHK: gl.constexpr, QC: gl.constexpr,
-               KC: gl.constexpr, L3Q: gl.constexpr, L3K: gl.constexpr,
-               TMA_STORE: gl.constexpr):
+               KC: gl.constexpr, L3Q: gl.constexpr, L3K: gl.constexpr, CLQ: gl.constexpr,
+               CLK: gl.constexpr, TMA_STORE: gl.constexpr, TABLE_ASYNC: gl.constexpr):
     R2: gl.constexpr = D // 2
     is_q, tb, hb = qk_tile(gl.program_id(0), q_programs, QC, KC, q_head_blocks,
                            k_head_blocks)
     if is_q:
         _tma_tile(qd, qod, qo_ptr, qw_ptr, cs_ptr, pos_ptr, tb, hb, T, HQ, eps, max_pos,
                   stride_qot, stride_qoh, stride_cs, stride_pos_t, D, R2, BTQ, BHQ, L3Q,
-                  TMA_STORE)
+                  CLQ, TMA_STORE, TABLE_ASYNC)
     else:
         _tma_tile(kd, kod, ko_ptr, kw_ptr, cs_ptr, pos_ptr, tb, hb, T, HK, eps, max_pos,
                   stride_kot, stride_koh, stride_cs, stride_pos_t, D, R2, BTK, BHK, L3K,
-                  TMA_STORE)
+                  CLK, TMA_STORE, TABLE_ASYNC)
 
 
 SWIZZLE = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
@@ -161,7 +187,8 @@ def qk_norm_rope_tma(q, k, q_weight, k_weight, positions, cos_sin_cache, *, eps=
         ko.stride(1), cos_sin_cache.stride(0), positions.stride(0), pq.programs,
         pq.head_blocks, pk.head_blocks, D, pq.block_t, pq.block_h, pk.block_t, pk.block_h,
         qc, kc, row_layout(pq.block_h, D // 2, warps), row_layout(pk.block_h, D // 2, warps),
-        VARIANTS[variant], num_warps=warps, **COMPILE_OPTIONS)
+        copy_layout(pq.block_t, D // 2, warps), copy_layout(pk.block_t, D // 2, warps),
+        *VARIANTS[variant], num_warps=warps, **COMPILE_OPTIONS)
     return outs
 
 
@@ -190,7 +217,8 @@ def sm90_case(tokens: int, heads_q: int, heads_k: int, variant: str):
             "k_head_blocks": pk.head_blocks, "D": 128, "BTQ": pq.block_t, "BHQ": pq.block_h,
             "BTK": pk.block_t, "BHK": pk.block_h, "QC": qc, "KC": kc,
             "L3Q": row_layout(pq.block_h, 64, warps), "L3K": row_layout(pk.block_h, 64, warps),
-            "TMA_STORE": VARIANTS[variant]}
+            "CLQ": copy_layout(pq.block_t, 64, warps), "CLK": copy_layout(pk.block_t, 64, warps),
+            **dict(zip(("TMA_STORE", "TABLE_ASYNC"), VARIANTS[variant], strict=True))}
     return kernel_ir.compile_for_sm90(tma_kernel, args, warps, source=GluonASTSource), args
 
 
