@@ -175,8 +175,8 @@ def summary_line(result: dict) -> str:
 def failures(result: dict) -> list[str]:
     """Why a calibration does not prove the method here (none: it does). A false verdict
     or a planted effect with the wrong sign is an error; so is a planted effect larger than
-    its cell's width, estimated and still unresolved, and an A/A or planted run with no
-    cell judged, which proves nothing."""
+    its cell's width, estimated and still unresolved, an A/A or planted run with no cell
+    judged, and a planted run that resolved none of its effects: each proves nothing."""
     reasons = []
     if result["false_verdicts"]:
         reasons.append(f"{result['false_verdicts']} false verdicts")
@@ -189,4 +189,7 @@ def failures(result: dict) -> list[str]:
         reasons.append("no A/A cell had an estimate, so none could be judged")
     if not result["planted_cells"]:
         reasons.append("no planted cell had an estimate, so none could be resolved")
+    elif not result["planted_resolved"]:
+        reasons.append("no planted effect was resolved, so the run showed no effect of "
+                       "those sizes can be told from noise here")
     return reasons

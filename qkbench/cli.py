@@ -285,20 +285,10 @@ def sweep(
                      resumed["passes"] if resumed else ())
         out.print(report.as_rich(run), soft_wrap=not out.is_terminal)
         err.print(f"archive: {path}", highlight=False, soft_wrap=True)
-        failed = [p["index"] for p in run["passes"] if p["status"] != "ok"]
-        problems = []
-        reason = runner.stopped(proto, run)
-        if reason:
-            problems.append(reason)
-        if failed:
-            problems.append(f"{len(failed)} of {len(run['passes'])} passes failed "
-                            f"(passes {failed}; their output is in the archive)")
-        invalid = report.invalid_line(run, "listed above")
-        if invalid:
-            problems.append(invalid)
-        no_verdict = report.no_verdict_line(run)
-        if no_verdict:
-            problems.append(no_verdict)
+        problems = [line for line in (runner.stopped(proto, run),
+                                      report.failed_passes_line(run),
+                                      report.invalid_line(run, "listed above"),
+                                      report.no_verdict_line(run)) if line]
         if problems:
             raise QkbenchError("; ".join(problems))
     except QkbenchError as e:
@@ -346,8 +336,9 @@ def calibrate(
     planted run against itself plus extra calls of known size (each must be resolved
     slower). Ends with one line: false verdicts k/n, planted effects resolved m/n. Exit 1 on
     a false verdict, a planted effect with the wrong sign, a planted effect larger than its
-    cell's width estimated and left unresolved, or an A/A run in which no cell had an
-    estimate (a cell without one, unstable, is counted apart, not judged)."""
+    cell's width estimated and left unresolved, no planted effect resolved at all, a run in
+    which no cell had an estimate (a cell without one, unstable, is counted apart, not
+    judged), a failed pass or a route that computed a wrong result."""
     try:
         if (aa is None) != (planted_run is None):
             raise QkbenchError("--aa and --planted-run go together (the two archives of one "
@@ -390,7 +381,12 @@ def calibrate(
         result = calibration.summarize(runs["aa"], runs["planted"])
         out.print(report.Fitted(report.calibration_table(result)))
         line = calibration.summary_line(result)
-        failed = calibration.failures(result)
+        # A pass that failed or a route that computed a wrong result fails a sweep; it
+        # cannot prove the method either (its cells are left out of the counts above).
+        failed = [f"the {kind} run: {said}" for kind, run in runs.items()
+                  for said in (report.failed_passes_line(run),
+                               report.invalid_line(run, "which qkbench report lists"))
+                  if said] + calibration.failures(result)
         if failed:
             raise QkbenchError(f"{line}: {'; '.join(failed)}")
         out.print(line, highlight=False, soft_wrap=True)
@@ -493,8 +489,8 @@ def crossover(
     archive: ArchiveArg,
     emit: Annotated[Path | None, typer.Option(
         help="write the dispatch table here as JSON (qkbench.kernels.dispatch.DispatchTable "
-             "loads it; a file of that name is replaced): only from a complete run of split "
-             "against fused with a verdict somewhere (default: print only)",
+             "loads it; only a table written before is replaced): only from a complete run "
+             "of split against fused with a verdict somewhere (default: print only)",
         show_default=False)] = None,
     candidate: Annotated[str | None, typer.Option(
         help="the comparison's candidate route (default: the run's only one)",
@@ -547,8 +543,9 @@ def crossover(
                                f"{table['baseline']} -> {table['candidate']}; nothing was "
                                "written")
         unread = no_verdict_line(run)
-        if emit is not None and unread:
-            raise QkbenchError(f"--emit: no dispatch table from a run in which {unread}; "
+        if unread:
+            raise QkbenchError(unread if emit is None else
+                               f"--emit: no dispatch table from a run in which {unread}; "
                                "nothing was written")
         if invalid:
             raise QkbenchError(invalid)
@@ -688,12 +685,14 @@ def export(
         "--csv", help="one row per timed sample: pass, case, comparison, arm, route, "
                       "sample, seconds (header row first)")] = False,
     out_file: Annotated[Path | None, typer.Option(
-        "--out", help="write here (default: stdout)", show_default=False)] = None,
+        "--out", help="write here, gzip-compressed where the name ends in .gz; never over "
+                      "an existing file (default: stdout)", show_default=False)] = None,
 ) -> None:
     """Export an archive's raw samples for analysis elsewhere (pandas, R)."""
     try:
         from qkbench.audit import read_checked
         from qkbench.export import write_csv
+        from qkbench.files import check_target, write_whole
 
         if not csv:
             raise QkbenchError("export needs a format: --csv")
@@ -702,9 +701,12 @@ def export(
             write_csv(run, STDOUT)
             STDOUT.flush()
             return
+        check_target(out_file, "--out")
+        if os.path.lexists(out_file):  # checked again as the file goes in
+            raise QkbenchError(f"{out_file} exists: choose another --out")
         try:
-            with open(out_file, "x", newline="") as f:
-                n = write_csv(run, f)
+            n = write_whole(out_file, lambda f: write_csv(run, f), replace=False,
+                            gzipped=out_file.suffix == ".gz")
         except FileExistsError:
             raise QkbenchError(f"{out_file} exists: choose another --out") from None
         except OSError as e:

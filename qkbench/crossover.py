@@ -9,12 +9,14 @@ measured range) and each measured width's verdict; with the protocol, device and
 it came from. Nothing here prints.
 """
 
-import contextlib
 import json
 import os
+import zlib
 from pathlib import Path
 
+from qkbench.archive import decode
 from qkbench.errors import QkbenchError
+from qkbench.files import check_target, write_whole
 from qkbench.kernels.dispatch import KIND, VERSION
 from qkbench.protocol import rebuild
 from qkbench.report import header
@@ -103,14 +105,23 @@ def describe(entry: dict, baseline: str = "split", candidate: str = "fused") -> 
 
 
 def write(path: Path, table: dict) -> None:
-    """Write the table as JSON (replacing a file of that name), atomically."""
+    """Write the table as JSON, whole or not at all, where no file is or over an earlier
+    dispatch table; any other file there (the run's own archive, say) is refused."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    check_target(path, "--emit")
+    if os.path.lexists(path) and not _is_table(path):
+        raise QkbenchError(f"--emit {path}: exists and is not a dispatch table (a file "
+                           "--emit wrote before), so it is not replaced; nothing was written")
     try:
-        tmp.write_text(json.dumps(table, indent=1) + "\n")
-        os.replace(tmp, path)
+        write_whole(path, lambda f: f.write(json.dumps(table, indent=1) + "\n"), replace=True)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise QkbenchError(f"{path}: cannot write the dispatch table "
                            f"({e.strerror or e})") from None
+
+
+def _is_table(path: Path) -> bool:
+    try:
+        data = decode(path.read_bytes())
+    except (OSError, EOFError, zlib.error, ValueError):  # ValueError: JSON and Unicode
+        return False
+    return isinstance(data, dict) and data.get("kind") == KIND

@@ -294,6 +294,13 @@ def no_verdict_line(archive: dict) -> str | None:
             "verdict can be read from")
 
 
+def failed_passes_line(archive: dict) -> str | None:
+    """How many of the run's passes failed, and which (None where none did)."""
+    failed = [p["index"] for p in archive["passes"] if p["status"] != "ok"]
+    return (f"{len(failed)} of {len(archive['passes'])} passes failed (passes {failed}; "
+            "their output is in the archive)") if failed else None
+
+
 def failures(archive: dict) -> list[str]:
     lines = []
     for p in archive["passes"]:

@@ -6,6 +6,8 @@ crash and resume tests run their own two- or three-pass sweeps with fewer sample
 
 import copy
 import csv
+import errno
+import gzip
 import hashlib
 import io
 import json
@@ -654,3 +656,41 @@ def test_export_refuses_to_overwrite_a_file(smoke_sweep, tmp_path):
     result = CliRunner().invoke(app, ["export", str(path), "--csv", "--out", str(out)])
     assert result.exit_code == 1 and "exists" in result.stderr
     assert out.read_text() == "precious"
+
+
+def test_an_export_to_a_gz_name_is_gzip_compressed(smoke_sweep, smoke_archive, tmp_path):
+    path, _ = smoke_sweep
+    out = tmp_path / "samples.csv.gz"
+    result = CliRunner().invoke(app, ["export", str(path), "--csv", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert gzip.decompress(out.read_bytes()).decode() == _csv(smoke_archive)
+
+
+def test_an_export_whose_write_fails_leaves_no_file_and_can_be_run_again(
+        smoke_sweep, smoke_archive, tmp_path, monkeypatch):
+    path, _ = smoke_sweep
+    out = tmp_path / "samples.csv"
+    rows = _csv(smoke_archive)
+
+    def disk_full_midway(run, f):
+        f.write(rows[:100])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(export, "write_csv", disk_full_midway)
+    result = CliRunner().invoke(app, ["export", str(path), "--csv", "--out", str(out)])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: {out}: cannot be written (No space left on device)"
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    result = CliRunner().invoke(app, ["export", str(path), "--csv", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == rows
+
+
+@pytest.mark.parametrize("where", [".", "folder"])
+def test_an_export_to_a_folder_is_refused_in_one_line(smoke_sweep, tmp_path, where):
+    path, _ = smoke_sweep
+    target = "." if where == "." else str(tmp_path)
+    result = CliRunner().invoke(app, ["export", str(path), "--csv", "--out", target])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.strip() == f"error: --out {target}: names a folder, not a file"

@@ -5,6 +5,7 @@ arm for the work its launches declare (a planted route: 1 + 1/N)."""
 import copy
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -24,6 +25,7 @@ pytestmark = interpreter_only
 PROTOCOL = tiny_protocol("calibrated", inner_reps=8)
 EVERY = (8, 2)  # +12.5 % and +50 % of the route's own work
 ROUTE = ROUTES[0]  # the route calibrated
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def calibrate(tmp_path, **clock) -> dict:
@@ -236,3 +238,36 @@ def test_runs_of_two_machines_are_not_one_calibration(unbiased, tmp_path):
                      "--aa and --planted-run ran on different machines (torch "
                      f"{unbiased['aa']['environment']['torch']} against 2.0.0): give the two "
                      "archives of one calibration")
+
+
+def test_a_calibration_whose_route_computes_a_wrong_result_fails_naming_it(tmp_path,
+                                                                         monkeypatch):
+    # Its cells at T = 3 are left out of the counts, so the counts alone would pass.
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    wrong = "invalid_routes:raising_past_one_token"
+    runs = {kind: synthetic_sweep(p, tmp_path / f"{kind}.json.gz")
+            for kind, p in calibration.protocols(parse(PROTOCOL), wrong, EVERY).items()}
+    result = report_from(tmp_path, runs["aa"], runs["planted"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: calibrate {wrong}: false verdicts 0/1, planted effects "
+                           "resolved 2/2")
+    for kind in ("aa", "planted"):
+        assert (f"the {kind} run: route {wrong} raised on tiny/T3: ValueError: no kernel for "
+                "3 tokens (in 6 of 6 passes)") in line
+
+
+def test_a_planted_run_that_resolved_no_effect_fails_calibration_proving_nothing(
+        unbiased, monkeypatch):
+    # Every planted cell estimated, each interval wider than its effect and reaching zero.
+    blurred = copy.deepcopy(current(unbiased["planted"]))
+    for comp in blurred["comparisons"]:
+        for case in comp["cases"]:
+            case["effect"].update(verdict="unresolved", width=1.0)
+    monkeypatch.setattr(calibration, "current", lambda archive: blurred if archive is unbiased[
+        "planted"] else current(archive))
+    result = calibration.summarize(unbiased["aa"], unbiased["planted"])
+    assert (result["planted_resolved"], result["planted_cells"], result["missed"]) == (0, 4, 0)
+    assert calibration.failures(result) == [
+        "no planted effect was resolved, so the run showed no effect of those sizes can be "
+        "told from noise here"]

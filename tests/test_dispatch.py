@@ -201,6 +201,56 @@ def test_no_dispatch_table_is_emitted_from_a_run_in_which_no_cell_got_a_verdict(
         "are unstable")
 
 
+@interpreter_only
+def test_a_crossover_in_which_no_cell_got_a_verdict_exits_1_without_emit_too(tmp_path):
+    path = tmp_path / "unstable.json"
+    synthetic_sweep(PROTOCOL, path, order_null_bias={("B", "A", "A'"): 0.03})
+    result = crossover_cli(str(path))
+    assert result.exit_code == 1
+    assert "split everywhere (no verdict (unstable)" in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: no cell got a verdict: all 9 are unstable")
+
+
+@interpreter_only
+def test_emit_never_replaces_the_run_archive_it_reads(crossing, tmp_path):
+    path = tmp_path / "run.json"
+    path.write_bytes(crossing[0].read_bytes())
+    result = crossover_cli(str(path), "--emit", str(path))
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --emit {path}: exists and is not a dispatch table (a file --emit wrote "
+        "before), so it is not replaced; nothing was written")
+    assert path.read_bytes() == crossing[0].read_bytes()
+
+
+@interpreter_only
+def test_emit_replaces_the_dispatch_table_it_wrote_before(crossing, table, tmp_path):
+    out = tmp_path / "dispatch.json"
+    out.write_text(json.dumps({**table, "geometries": []}))
+    result = crossover_cli(str(crossing[0]), "--emit", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text()) == json.loads(json.dumps(table))
+
+
+@interpreter_only
+def test_emit_takes_any_name_the_file_system_takes(crossing, tmp_path):
+    out = tmp_path / ("d" * (255 - len(".json")) + ".json")
+    result = crossover_cli(str(crossing[0]), "--emit", str(out))
+    assert result.exit_code == 0, result.output
+    assert DispatchTable.load(out).entries and sorted(tmp_path.iterdir()) == [out]
+
+
+@interpreter_only
+@pytest.mark.parametrize("where", [".", "folder"])
+def test_emit_to_a_folder_is_refused_in_one_line(crossing, tmp_path, where):
+    target = "." if where == "." else str(tmp_path)
+    result = crossover_cli(str(crossing[0]), "--emit", target)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --emit {target}: names a folder, not a file")
+
+
 @pytest.mark.parametrize(("measured", "said"), [
     ([("slower", 1)], "split everywhere (not resolvably faster at the smallest T measured, 1)"),
     ([("invalid", 1)], "split everywhere (no verdict (invalid) at the smallest T measured, 1)"),
