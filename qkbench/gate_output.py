@@ -64,9 +64,7 @@ def as_markdown(outcome: Outcome, measure: str) -> str:
            md_row(headers(outcome)),
            "|" + "|".join("---" for _ in headers(outcome)) + "|"]
     for cell, row in zip(outcome.cells, rows(outcome), strict=True):
-        if cell.result in (*FAILING, UNDECIDED):
-            row = [*row[:7], f"**{row[7]}**", row[8]]
-        out.append(md_row(row))
+        out.append(md_row(row, bold={7} if cell.result in (*FAILING, UNDECIDED) else ()))
     out += [""] + [f"- {md_cell(n)}" for n in outcome.said]
     out += ["", f"**{md_cell(outcome.summary())}**"]
     return "\n".join(out) + "\n"

@@ -1,5 +1,7 @@
 """Reports of an archive: plain tables, rendered by rich for a terminal or as Markdown."""
 
+import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from rich.cells import cell_len
@@ -442,23 +444,32 @@ def as_rich(archive: dict, wide: bool = False) -> Group:
     return Group(*parts)
 
 
+# Characters Markdown would read as syntax in a name: a cell's end, emphasis, code, a link,
+# an HTML tag, and the escape itself. Not ``_``: names and paths hold it inside words,
+# where GitHub's Markdown reads it as written.
+MD_SYNTAX = re.compile(r"([\\|*`\[\]<])")
+
+
 def md_cell(text: str) -> str:
-    """``text`` as one Markdown table cell: a ``|`` in a name would start another."""
-    return text.replace("|", "\\|")
+    """``text`` as one Markdown table cell (or bold line) that reads as written: a ``|``
+    in a name would start another cell, a ``*`` emphasis, and so on."""
+    return MD_SYNTAX.sub(r"\\\1", text)
 
 
-def md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(md_cell(c) for c in cells) + " |"
+def md_row(cells: list[str], bold: Collection[int] = ()) -> str:
+    """One Markdown table row of ``cells`` as written, those at ``bold`` in bold."""
+    return "| " + " | ".join(f"**{md_cell(c)}**" if i in bold else md_cell(c)
+                             for i, c in enumerate(cells)) + " |"
 
 
 def as_markdown(archive: dict) -> str:
     said = lines(archive)
-    out = [f"- {line}" for line in said["header"]]
+    out = [f"- {md_cell(line)}" for line in said["header"]]
     for table in tables(archive):
-        out += ["", f"**{table.title}**", "", md_row(table.headers),
+        out += ["", f"**{md_cell(table.title)}**", "", md_row(table.headers),
                 "|" + "|".join("---" for _ in table.headers) + "|"]
         out += [md_row(row) for row in table.rows]
-    out += [""] + [f"- {line}" for line in
+    out += [""] + [f"- {md_cell(line)}" for line in
                    said["comparisons"] + said["not_supported"] + said["failures"]]
     return "\n".join(out) + "\n"
 

@@ -119,6 +119,15 @@ def test_a_name_holding_a_pipe_stays_one_markdown_cell(monkeypatch, h200):
         "a\\|b \\| c", "8", "1.25"]
 
 
+@pytest.mark.parametrize(("name", "escaped"), [
+    ("a *b* c", "a \\*b\\* c"), ("x_y", "x_y"), ("[l](u)", "\\[l\\](u)"),
+    ("<b>", "\\<b>"), ("`c`", "\\`c\\`"), ("a\\b", "a\\\\b")])
+def test_a_name_holding_markdown_syntax_reads_as_written(monkeypatch, h200, name, escaped):
+    table = report.Table("t", ["geometry", "T", "us"], [[name, "8", "1.25"]])
+    monkeypatch.setattr(report, "tables", lambda archive: [table])
+    assert f"| {escaped} | 8 | 1.25 |" in report.as_markdown(h200).splitlines()
+
+
 def test_a_table_too_wide_for_the_terminal_is_shown_in_parts_repeating_its_keys():
     table = report.Table("t", ["geometry", "T", *(f"column {i}" for i in range(8))],
                          [["a-rather-long-geometry-name", "32768",
