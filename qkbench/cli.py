@@ -697,6 +697,9 @@ def export(
         if not csv:
             raise QkbenchError("export needs a format: --csv")
         run = read_checked(archive)
+        note = _stopped_note(run, archive)
+        if note:
+            err.print(note, highlight=False, soft_wrap=True)
         if out_file is None:
             write_csv(run, STDOUT)
             STDOUT.flush()

@@ -237,6 +237,16 @@ def test_report_says_no_process_writes_a_run_that_stopped(one_pass, tmp_path):
                                     "before it was complete")
 
 
+def test_export_says_no_process_writes_a_run_that_stopped(one_pass, tmp_path):
+    path = tmp_path / "run.json"
+    path.write_bytes(one_pass.read_bytes())
+    result = CliRunner().invoke(app, ["export", str(path), "--csv"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("pass,case,comparison,arm,route,sample,seconds\n0,")
+    assert result.stderr.startswith(f"note: no qkbench is writing {path}: its run stopped "
+                                    "before it was complete")
+
+
 def test_report_says_nothing_of_a_stop_while_the_run_holds_its_lock(one_pass, tmp_path):
     from qkbench.lock import ArchiveLock
 
