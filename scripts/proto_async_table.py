@@ -159,6 +159,14 @@ def copy_layout(bt: int, r2: int, warps: int) -> gl.BlockedLayout:
     return gl.BlockedLayout([1, per], [1, 32], [w0, w1], [1, 0])
 
 
+def flattened(q, k, positions, inplace, q_out, k_out):
+    """The op's outputs as given, and its rows (q, k and the outputs) as ``[T, H, D]`` and
+    its positions as ``[T]``: the prototypes' kernels take the tokens on one axis."""
+    outs = (q, k) if inplace else (q_out, k_out)
+    rows = tuple(x.view(-1, *x.shape[-2:]) for x in (q, k, *outs))
+    return outs, rows, positions.reshape(-1)
+
+
 def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, eps=1e-6,
                        rotary_dim=None, style="neox", weight_mode="plain", inplace=True,
                        q_out=None, k_out=None, mrope_section=None, variant="async",
@@ -171,10 +179,7 @@ def qk_norm_rope_async(q, k, q_weight, k_weight, positions, cos_sin_cache, *, ep
             or set(unused) - {"mrope_layout"}):
         raise ValueError("the prototype takes contiguous bf16 rows, neox rotary over the "
                          "whole head, plain weights and an fp32 table only")
-    outs = (q, k) if inplace else (q_out, k_out)
-    q, k = q.view(-1, *q.shape[-2:]), k.view(-1, *k.shape[-2:])
-    qo, ko = (x.view(-1, *x.shape[-2:]) for x in outs)
-    positions = positions.reshape(-1)
+    outs, (q, k, qo, ko), positions = flattened(q, k, positions, inplace, q_out, k_out)
     T, HQ, _ = q.shape
     HK = k.shape[1]
     if variant in PERSISTENT:

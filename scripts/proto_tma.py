@@ -24,7 +24,7 @@ counts what their code does per program (``kernel_ir.counts``).
 """
 
 import torch
-from proto_async_table import copy_layout, row_layout
+from proto_async_table import copy_layout, flattened, row_layout
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
@@ -170,10 +170,7 @@ def qk_norm_rope_tma(q, k, q_weight, k_weight, positions, cos_sin_cache, *, eps=
             or k.stride(-1) != 1 or set(unused) - {"mrope_layout"}):
         raise ValueError("the prototype takes 16-bit rows of unit channel stride, neox "
                          "rotary over the whole head and plain weights only")
-    outs = (q, k) if inplace else (q_out, k_out)
-    q, k = q.view(-1, *q.shape[-2:]), k.view(-1, *k.shape[-2:])
-    qo, ko = (x.view(-1, *x.shape[-2:]) for x in outs)
-    positions = positions.reshape(-1)
+    outs, (q, k, qo, ko), positions = flattened(q, k, positions, inplace, q_out, k_out)
     T, HQ, _ = q.shape
     HK = k.shape[1]
     (pq, pk), _ = fused_tiles(T, HQ, HK, D, D, q.device, q.element_size())
