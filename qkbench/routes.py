@@ -210,6 +210,14 @@ def planted_every(name: str) -> int | None:
     return int(every)
 
 
+def shipped(name: str) -> bool:
+    """Whether the route named ``name`` is one of this package's own (a built-in, or a
+    kernel route at a commit), under its twin's name or with a planted effect too."""
+    base = name.removesuffix(TWIN)
+    base = base.rpartition(PLANTED)[0] or base
+    return base in BUILTIN or refs.is_ref_route(base)
+
+
 def _origin(module: str) -> str:
     """The file a module is loaded from, for an error message (else its name)."""
     try:

@@ -4,6 +4,7 @@ import re
 from dataclasses import replace
 
 import pytest
+import torch
 
 from qkbench.case import Case, Geometry, make_inputs
 from qkbench.errors import RouteError
@@ -48,6 +49,50 @@ def test_a_route_that_raises_fails_verification_naming_the_error(device):
 
     report = verify([Route("broken", broken)], inputs, False)
     assert report["broken"] == {"ok": False, "error": "RuntimeError: no kernel for this"}
+
+
+def one_bit_off_in_the_shipped_group():
+    """The fused route with one low bit of q flipped, claiming the shipped kernels' group."""
+    def op(*args, **options):
+        q_out, k_out = resolve("fused").op(*args, **options)
+        q_out.view(-1)[:1].view(torch.int16).bitwise_xor_(1)
+        return q_out, k_out
+
+    return Route("one-bit-off", op, resolve("fused").exact_group)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["listed-first", "listed-last"])
+def test_a_user_route_claiming_the_shipped_group_is_judged_against_the_shipped_kernels(
+        first, device):
+    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
+    shipped, bad = [resolve("fused"), resolve("split")], one_bit_off_in_the_shipped_group()
+    report = verify([bad, *shipped] if first else [*shipped, bad], inputs, False)
+    assert {name: e["ok"] for name, e in report.items()} == {
+        "one-bit-off": False, "fused": True, "split": True}
+    assert report["one-bit-off"]["exact_with"] == "fused"
+
+
+def fresh_results_only(q, k, *args, inplace=True, q_out=None, k_out=None, **options):
+    """Right values in new tensors, neither q and k (in place) nor the outputs given."""
+    return resolve("eager").op(q.clone(), k.clone(), *args, inplace=True, **options)
+
+
+@pytest.mark.parametrize("inplace", [True, False], ids=["in-place", "out-of-place"])
+def test_a_route_that_does_not_write_where_the_op_says_is_wrong(inplace, device):
+    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
+    report = verify([Route("fresh", fresh_results_only)], inputs, inplace)
+    assert not report["fresh"]["ok"]
+
+
+def test_a_route_returning_another_dtype_than_its_inputs_is_wrong(device):
+    inputs = make_inputs(Case(PLAIN, 3, max_position=64), 0, device)
+
+    def widened(*args, **options):
+        return tuple(x.float() for x in resolve("eager").op(*args, **options))
+
+    report = verify([Route("fp32", widened)], inputs, False)
+    assert report["fp32"] == {"ok": False, "error": "ValueError: its q output is torch.float32, "
+                                                    "not q's torch.bfloat16"}
 
 
 def test_a_user_route_is_loaded_from_module_and_callable():
