@@ -85,9 +85,14 @@ def _device(spec: str):
 
 
 def _protocol(spec: str | None, device):
+    """The protocol ``--protocol`` names, or the device's default where it is not given
+    (never where it is given empty: an unset variable in a CI script)."""
     from qkbench.protocol import load
 
-    return load(spec or ("text-decode" if device.type == "cuda" else "smoke"))
+    if spec is not None and not spec.strip():
+        raise QkbenchError("--protocol is empty: name a shipped protocol or a TOML file")
+    return load(spec if spec is not None else
+                "text-decode" if device.type == "cuda" else "smoke")
 
 
 def _resumed(path: Path) -> dict:

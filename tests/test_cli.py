@@ -105,6 +105,17 @@ def test_bad_protocol_file_fails_naming_file_key_and_expected_type(tmp_path, old
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["sweep", "verify", "calibrate"])
+@pytest.mark.parametrize("spec", ["", "  "], ids=["empty", "blank"])
+def test_an_empty_protocol_is_refused_not_read_as_the_default(tmp_path, command, spec):
+    # What a CI script passes for an unset variable: never the default protocol's run.
+    out = () if command == "verify" else ("--out", str(tmp_path / "out"))
+    result = invoke(command, "--protocol", spec, "--device", "cpu", *out)
+    assert_one_error_line(result, "--protocol is empty: name a shipped protocol or a TOML "
+                                  "file")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(("route", "reason"), [
     ("nosuch", "unknown route 'nosuch'"),
     ("no_such_module_here:op", "route 'no_such_module_here:op' cannot be loaded"),
