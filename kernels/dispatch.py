@@ -43,6 +43,13 @@ MATCH_KEYS = ("heads_q", "heads_k", "head_dim", "rotary_dim", "dtype", "style",
               "weight_mode", "mrope_section", "mrope_layout")
 # The layout keys a table's shapes also record, which calls are not matched on.
 LAYOUT_KEYS = ("inplace", "packed", "batch")
+# What each matched shape key holds (the kinds ``call_shape`` gives), and in words.
+SHAPE_VALUES = {
+    **dict.fromkeys(("heads_q", "heads_k", "head_dim", "rotary_dim"),
+                    (int, "a whole number >= 1")),
+    **dict.fromkeys(("dtype", "style", "weight_mode", "mrope_layout"), (str, "a string")),
+    "mrope_section": ((list, type(None)), "a list of whole numbers >= 1 or null"),
+}
 
 
 @dataclass(frozen=True)
@@ -98,22 +105,38 @@ def call_shape(q: torch.Tensor, k: torch.Tensor, *, rotary_dim: int | None = Non
 
 def _entry(e: dict) -> Entry:
     """One geometry of a table as read, refused where a call would be misrouted by it: a
-    shape key that is neither matched on nor a layout key (a misspelt one would leave its
-    key unmatched: any value), a bound that is not a whole number of tokens, a censored
-    flag that is not true or false."""
+    shape that lacks a key calls are matched on (it would match any value there) or holds
+    one that is neither matched on nor a layout key (a misspelt one), a value of the wrong
+    kind (it would match no call), a bound that is not a whole number of tokens >= 1, a
+    censored flag that is not true or false, or one that is true beside a measured stop."""
+    name = e["geometry"]
     shape = dict(e["shape"])
     unknown = [k for k in shape if k not in MATCH_KEYS + LAYOUT_KEYS]
     if unknown:
-        raise ValueError(f"geometry {e['geometry']!r}: unknown shape keys {', '.join(unknown)} "
-                       f"(a shape has {', '.join(MATCH_KEYS + LAYOUT_KEYS)})")
+        raise ValueError(f"geometry {name!r}: unknown shape keys {', '.join(unknown)} "
+                         f"(a shape has {', '.join(MATCH_KEYS + LAYOUT_KEYS)})")
+    missing = [k for k in MATCH_KEYS if k not in shape]
+    if missing:
+        raise ValueError(f"geometry {name!r}: its shape lacks {', '.join(missing)}, which "
+                         "calls are matched on")
+    for k, (kinds, what) in SHAPE_VALUES.items():
+        v = shape[k]
+        if isinstance(v, bool) or not isinstance(v, kinds) or (
+                isinstance(v, int) and v < 1) or (
+                isinstance(v, list) and not all(type(x) is int and x >= 1 for x in v)):
+            raise TypeError(f"geometry {name!r}: shape {k} must be {what}, got {v!r}")
     bound = e["fused_through"]
-    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
-        raise TypeError(f"geometry {e['geometry']!r}: fused_through must be a whole number "
-                        f"of tokens or null, got {bound!r}")
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
+                              or bound < 1):
+        raise TypeError(f"geometry {name!r}: fused_through must be a whole number of "
+                        f"tokens >= 1 or null, got {bound!r}")
     if not isinstance(e["censored"], bool):
-        raise TypeError(f"geometry {e['geometry']!r}: censored must be true or false, got "
+        raise TypeError(f"geometry {name!r}: censored must be true or false, got "
                         f"{e['censored']!r}")
-    return Entry(e["geometry"], shape, bound, e["censored"])
+    if e["censored"] and e.get("stops_at") is not None:
+        raise ValueError(f"geometry {name!r}: censored (no stop measured) beside stops_at "
+                         f"{e['stops_at']!r}")
+    return Entry(name, shape, bound, e["censored"])
 
 
 class DispatchTable:
@@ -138,8 +161,16 @@ class DispatchTable:
 
     @classmethod
     def load(cls, path: str | Path) -> "DispatchTable":
-        with open(path) as f:
-            return cls(json.load(f))
+        """The table in the JSON file at ``path``; a ValueError naming the file where it is
+        not JSON or not a dispatch table (an OSError where it cannot be opened)."""
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            return cls(json.loads(data))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a dispatch table (not JSON: {e})") from None
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def route(self, q: torch.Tensor, k: torch.Tensor, **options) -> str:
         """``"fused"`` or ``"split"`` for a call with these tensors and options (the op's

@@ -2,6 +2,7 @@
 follows it (``qk_norm_rope_auto``), exact on both sides of every bound."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -361,13 +362,21 @@ def test_auto_without_a_table_is_fused_and_a_shape_the_table_lacks_is_split(tabl
     assert taken == ["fused", "split"]
 
 
+def full_shape(**given) -> dict:
+    """A table's shape of every key calls are matched on: (4,2) x 64, bf16, neox, plain
+    weights, no MRoPE, unless ``given``."""
+    return {"heads_q": 4, "heads_k": 2, "head_dim": 64, "rotary_dim": 64,
+            "dtype": "bfloat16", "style": "neox", "weight_mode": "plain",
+            "mrope_section": None, "mrope_layout": "sectioned", **given}
+
+
 @pytest.fixture
 def split_everywhere() -> DispatchTable:
     """A table that sends every call of the ``g`` geometry below to the split route."""
     return DispatchTable({"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
                           "candidate": "fused", "geometries": [
                               {"geometry": "g", "fused_through": None, "censored": False,
-                               "shape": {"heads_q": 4, "heads_k": 2, "head_dim": 64}}]})
+                               "shape": full_shape()}]})
 
 
 def small_inputs(device):
@@ -392,8 +401,8 @@ def test_a_numpy_mrope_section_is_matched_as_its_numbers(device):
     table = DispatchTable({"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
                            "candidate": "fused", "geometries": [
                                {"geometry": "m", "fused_through": 8, "censored": False,
-                                "shape": {"heads_q": 4, "heads_k": 2, "head_dim": 64,
-                                          "mrope_section": [8, 12, 12]}}]})
+                                "shape": full_shape(dtype="float32",
+                                                    mrope_section=[8, 12, 12])}]})
     q, k = torch.empty(3, 4, 64), torch.empty(3, 2, 64)
     assert table.route(q, k, mrope_section=np.array([8, 12, 12])) == "fused"
     assert table.route(q, k, mrope_section=np.array([12, 12, 8])) == "split"
@@ -415,20 +424,48 @@ def test_a_table_whose_geometries_are_malformed_is_refused_in_words():
 
 
 @pytest.mark.parametrize(("change", "pattern"), [
-    ({"fused_through": "8"}, r"fused_through must be a whole number of tokens or null, got '8'"),
-    ({"fused_through": True}, r"fused_through must be a whole number of tokens or null, "
+    ({"fused_through": "8"}, r"fused_through must be a whole number of tokens >= 1 or null, "
+                             r"got '8'"),
+    ({"fused_through": True}, r"fused_through must be a whole number of tokens >= 1 or null, "
                               r"got True"),
+    ({"fused_through": -5}, r"fused_through must be a whole number of tokens >= 1 or null, "
+                            r"got -5"),
     ({"censored": "false"}, r"censored must be true or false, got 'false'"),
-    ({"shape": {"heads_q": 4, "head_dimm": 64}}, r"unknown shape keys head_dimm"),
-], ids=["bound-text", "bound-bool", "censored-text", "misspelt-key"])
+    ({"censored": True, "stops_at": 16}, r"censored \(no stop measured\) beside stops_at 16"),
+    ({"shape": {**full_shape(), "head_dimm": 64}}, r"unknown shape keys head_dimm"),
+    ({"shape": {}}, r"its shape lacks heads_q, heads_k, head_dim, rotary_dim, dtype, style, "
+                    r"weight_mode, mrope_section, mrope_layout, which calls are matched on"),
+    ({"shape": {"heads_q": 4}}, r"its shape lacks heads_k, "),
+    ({"shape": full_shape(heads_q="4")}, r"shape heads_q must be a whole number >= 1, "
+                                         r"got '4'"),
+    ({"shape": full_shape(rotary_dim=None)}, r"shape rotary_dim must be a whole number >= 1, "
+                                             r"got None"),
+    ({"shape": full_shape(dtype=16)}, r"shape dtype must be a string, got 16"),
+    ({"shape": full_shape(mrope_section=[8, "12", 12])},
+     r"shape mrope_section must be a list of whole numbers >= 1 or null"),
+], ids=["bound-text", "bound-bool", "bound-negative", "censored-text", "censored-stopped",
+        "misspelt-key", "empty-shape", "partial-shape", "heads-text", "rotary-null",
+        "dtype-number", "section-text"])
 def test_a_geometry_that_would_misroute_calls_is_refused_naming_it(change, pattern):
     entry = {"geometry": "g", "fused_through": 8, "censored": False,
-             "shape": {"heads_q": 4, "heads_k": 2, "head_dim": 64, "inplace": True}, **change}
+             "shape": {**full_shape(), "inplace": True}, **change}
     data = {"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
             "candidate": "fused", "geometries": [entry]}
     with pytest.raises(ValueError, match=r"not a dispatch table: its geometries are malformed "
                                          rf"\(\w+Error: .*geometry 'g': {pattern}"):
         DispatchTable(data)
+
+
+@pytest.mark.parametrize(("data", "pattern"), [
+    (b'{"kind": ', r"not a dispatch table \(not JSON: Expecting value"),
+    (b'{"a": "\xff"}', r"not a dispatch table \(not JSON: 'utf-8' codec can't decode"),
+    (b'{"kind": "qkbench.run"}', r"not a dispatch table: kind must be 'qkbench.dispatch'"),
+], ids=["truncated", "not-utf8", "a-run-archive"])
+def test_loading_a_file_that_is_not_a_table_names_the_file(tmp_path, data, pattern):
+    path = tmp_path / "dispatch.json"
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: {pattern}"):
+        DispatchTable.load(path)
 
 
 def test_a_table_of_another_comparison_or_kind_is_refused():
