@@ -604,6 +604,8 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
     One line per case as it is checked: each route ok, WRONG or n/s (not supported), and why.
     """
     failed = unsupported = checked = 0
+    verified: dict[str, int] = {}  # route -> cases it was checked on (not n/s)
+    compared = False  # whether any route was compared bit for bit with its group
     try:
         dev = _device(device)
         proto = overridden(_protocol(protocol, dev), tokens=tokens, geometries=geometry)
@@ -627,21 +629,28 @@ def verify(protocol: ProtocolOpt = None, device: DeviceOpt = "auto",
             failed += words.count("WRONG")
             unsupported += words.count("n/s")
             checked += len(words)
+            for r, word in zip(routes, words, strict=True):
+                verified[r.name] = verified.get(r.name, 0) + (word != "n/s")
+            compared |= any("exact_with" in check for check in checks.values())
             out.print(f"{case.key}: " + "; ".join(f"{r.name} {describe(checks[r.name])}"
                                                   for r in routes),
                       highlight=False, soft_wrap=True)
     except QkbenchError as e:
         _fail(e)
     if failed:
-        err.print(f"verify failed: {failed} route check(s) WRONG", highlight=False)
+        err.print(f"verify failed: {failed} route check(s) WRONG", highlight=False,
+                  soft_wrap=True)
         raise typer.Exit(1)
     if unsupported == checked:
         err.print(f"verify failed: nothing was verified: all {checked} check(s) n/s (not "
                   "supported by their route)", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    err.print("verify ok: every route meets the oracle and its exactness group"
-              + (f" ({unsupported} check(s) n/s: not supported by that route)"
-                 if unsupported else ""), highlight=False)
+    never = [name for name, n in verified.items() if not n]
+    err.print("verify ok: every route checked meets the oracle"
+              + (" and is bit-exact with its exact group" if compared else "")
+              + (f" ({unsupported} check(s) n/s: not supported by that route"
+                 + (f"; not verified on any case: {', '.join(never)}" if never else "") + ")"
+                 if unsupported else ""), highlight=False, soft_wrap=True)
 
 
 @app.command("env")

@@ -236,7 +236,20 @@ def test_verify_prints_one_line_per_case_saying_ok_in_words():
     for line in lines:
         assert "split ok (oracle error " in line
         assert "fused ok (oracle error " in line and "bit-exact with split" in line
-    assert result.stderr.strip().splitlines()[-1].startswith("verify ok:")
+    assert result.stderr.strip().splitlines()[-1] == (
+        "verify ok: every route checked meets the oracle and is bit-exact with its exact "
+        "group")
+
+
+@interpreter_only
+def test_verify_names_a_route_it_could_verify_on_no_case_in_one_line(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    result = invoke("verify", "--protocol", "smoke", "--device", "cpu", "--route", "eager",
+                    "--route", "fake_routes:supports_nothing")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "verify ok: every route checked meets the oracle (2 check(s) n/s: not supported by "
+        "that route; not verified on any case: fake_routes:supports_nothing)")
 
 
 @pytest.fixture
