@@ -21,11 +21,19 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def positive(text: str) -> int:
+    """A whole number >= 1 (argparse names the option in its error)."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=None,
+    parser.add_argument("--calls", type=positive, default=None,
                         help="calls per row (default 2000 on CUDA, 2 on the CPU)")
-    parser.add_argument("--tokens", type=int, default=1)
+    parser.add_argument("--tokens", type=positive, default=1)
     parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -34,12 +42,15 @@ def main() -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from qkbench import hostcost
 
-    calls = args.calls or (2000 if device.type == "cuda" else 2)
+    calls = args.calls if args.calls is not None else 2000 if device.type == "cuda" else 2
     result = hostcost.measure(device, calls, args.tokens)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
     print(table(result))
+    if args.json:
+        try:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        except OSError as e:
+            parser.exit(1, f"error: {args.json}: cannot be written ({e.strerror})\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from qkbench import hostcost
@@ -37,3 +38,13 @@ def test_the_script_prints_a_row_per_way(tmp_path):
     assert run.returncode == 0, run.stderr
     assert all(name in run.stdout for name in ROWS)
     assert set(json.loads(out.read_text())["us_per_call"]) == ROWS
+
+
+@pytest.mark.parametrize(("option", "value"), [("--calls", "0"), ("--calls", "-3"),
+                                               ("--tokens", "0"), ("--tokens", "x")])
+def test_the_script_refuses_a_count_below_one_naming_the_option(option, value):
+    script = Path(__file__).parent.parent / "scripts" / "host_cost.py"
+    run = subprocess.run([sys.executable, str(script), option, value], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert f"argument {option}: " in run.stderr.strip().splitlines()[-1]
