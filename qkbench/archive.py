@@ -145,7 +145,7 @@ def remove_stale_tmp_files(path: Path) -> list[Path]:
 def write(path: Path, archive: dict) -> None:
     """Write atomically: a reader sees the old file or the new one, never a part.
 
-    A path ending in ``.gz`` is written gzip-compressed, any other as plain JSON. Any
+    A path ending in ``.gz`` (any case) is written gzip-compressed, any other as plain JSON. Any
     failure (a parent that is a file, a read-only or virtual file system, a full disk) is
     an ``ArchiveError`` naming the file; on any failure or interruption the temporary
     file is removed, so nothing half-written is left, and the archive keeps what it held.
@@ -156,7 +156,7 @@ def write(path: Path, archive: dict) -> None:
     try:
         prepare_folder(path)
         with open(tmp, "wb") as f:
-            f.write(encode(archive, path.suffix == ".gz"))
+            f.write(encode(archive, path.suffix.lower() == ".gz"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -601,6 +601,15 @@ def test_a_truncated_gz_archive_fails_in_one_clear_line(smoke_archive, tmp_path)
     assert result.stderr.startswith(f"error: {path}: cannot be read as JSON")
 
 
+@pytest.mark.parametrize("name", ["run.json.gz", "RUN.JSON.GZ"])
+def test_an_archive_named_gz_in_any_case_is_written_compressed(smoke_archive, tmp_path, name):
+    # sweep --out takes the suffix in any case as an archive's name.
+    path = tmp_path / name
+    archives.write(path, smoke_archive)
+    assert path.read_bytes()[:2] == archives.GZIP_MAGIC
+    assert archives.read(path) == json.loads(json.dumps(smoke_archive))
+
+
 def test_audit_cli_passes_a_clean_gz_archive(smoke_archive, tmp_path):
     path = tmp_path / "run.json.gz"
     archives.write(path, smoke_archive)
