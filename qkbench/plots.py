@@ -109,6 +109,11 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _used(cell: dict) -> set[int]:
+    """The passes that fill the cell's slots (its balanced kept set)."""
+    return {slot["used"] for slot in cell["slots"] if slot.get("used") is not None}
+
+
 def _delta_figure(archive: dict, comp: dict, shapes: dict[str, str]) -> Figure:
     groups = _by_geometry(comp)
     cols = min(2, len(groups))
@@ -126,12 +131,19 @@ def _delta_figure(archive: dict, comp: dict, shapes: dict[str, str]) -> Figure:
             ax.fill_between(xs, [-w for w in ws], ws, color="0.5", alpha=0.4, lw=0,
                             label="null band (± the cell's worst kept |null|)")
         ax.axhline(0, color="0.3", lw=0.8)
-        kept = [(c["tokens"], r["delta"] * 100) for c in cells for r in c["passes"] if r["kept"]]
-        dropped = [(c["tokens"], r["delta"] * 100) for c in cells for r in c["passes"]
-                   if not r["kept"]]
+        # A slot is filled by its first kept attempt; a pass that measured the cell again
+        # (it replaced another comparison's slot) is kept but outside the balanced set.
+        rows = [(c["tokens"], r["delta"] * 100,
+                 "dropped" if not r["kept"] else "used" if r["pass"] in _used(c) else "again")
+                for c in cells for r in c["passes"]]
+        kept, again, dropped = ([(t, d) for t, d, kind in rows if kind == which]
+                                for which in ("used", "again", "dropped"))
         if kept:
             ax.scatter(*zip(*kept, strict=True), s=14, color="tab:blue", alpha=0.7, lw=0,
                        label="kept pass", zorder=3)
+        if again:
+            ax.scatter(*zip(*again, strict=True), s=14, color="0.55", marker="d", lw=0,
+                       label="measured again, not in the balanced set", zorder=3)
         if dropped:
             ax.scatter(*zip(*dropped, strict=True), s=30, facecolors="none",
                        edgecolors="tab:red", lw=1.0, label="dropped pass", zorder=3)
@@ -159,8 +171,9 @@ def _delta_figure(archive: dict, comp: dict, shapes: dict[str, str]) -> Figure:
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, h)
             labels[label] = label
+    # At most three entries a row in a figure one plot wide: longer rows are cut off.
     fig.legend(list(handles.values()), list(labels), loc="outside lower center",
-               ncols=min(5, len(handles)), fontsize=8)
+               ncols=min(3 * cols, len(handles)), fontsize=8)
     fig.suptitle(f"{comp['baseline']} → {comp['candidate']}: per-pass delta by T\n"
                  f"{_identity(archive)}", fontsize=11)
     return fig

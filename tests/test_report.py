@@ -175,6 +175,26 @@ def test_report_plot_writes_three_pictures_per_comparison(tmp_path):
     assert_pictures(paths, expected)
 
 
+def test_the_delta_plot_draws_as_kept_only_the_passes_that_fill_a_cells_slots():
+    # In this run a replacement pass measured cells again that their first kept attempts
+    # had already filled: 30 such cells, e.g. qwen3-16x2 at T = 8192.
+    from qkbench import plots
+
+    archive = archives.read(H200 / "2026-12-03-issue11" / "prefill.json.gz")
+    comp = current(archive)["comparisons"][0]
+    fig = plots._delta_figure(archive, comp, {})
+    again = 0
+    for ax, cells in zip(fig.axes, plots._by_geometry(comp).values(), strict=False):
+        drawn = {c.get_label(): c.get_offsets().tolist() for c in ax.collections}
+        want = sorted([c["tokens"], r["delta"] * 100] for c in cells for r in c["passes"]
+                      if r["pass"] in {s["used"] for s in c["slots"]})
+        got = sorted(drawn["kept pass"])
+        assert [t for t, _ in got] == [t for t, _ in want]
+        assert [d for _, d in got] == pytest.approx([d for _, d in want])
+        again += len(drawn.get("measured again, not in the balanced set", []))
+    assert again > 0
+
+
 def test_plots_of_a_cpu_run_without_an_l2_or_a_gpu(smoke_archive, tmp_path):
     from qkbench.plots import plot
 
