@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from qkbench.protocol import rebuild
+from qkbench.protocol import cache_of, rebuild
 from qkbench.summary import current
 
 KINDS = ("delta", "time", "bandwidth")
@@ -37,7 +37,8 @@ def _identity(archive: dict) -> str:
     commit = (code.get("commit") or "unknown")[:12] + (" (dirty)" if code.get("dirty") else "")
     created = (archive.get("created") or "")[:10]
     name = archive["protocol"]["resolved"].get("name")
-    return f"protocol {name} · {device} · commit {commit}" + (f" · {created}" if created else "")
+    return (f"protocol {name} · cache {cache_of(archive)} · {device} · commit {commit}"
+            + (f" · {created}" if created else ""))
 
 
 def _case_bytes(archive: dict) -> dict[str, dict]:
@@ -270,7 +271,11 @@ def _bandwidth_figure(archive: dict, comp: dict, limits: dict | None,
         extra.append((Line2D([], [], color="0.2", ls=":"),
                       f"copy bandwidth ({limits['copy_gbps']:.0f} GB/s, read + written)"))
     l2 = (archive["environment"].get("gpu") or {}).get("l2_bytes")
-    if l2 and tokens:
+    if l2 and tokens and cache_of(archive) == "cold":
+        # Whether a cell's rows fit the L2 does not matter: each arm cycles over input sets
+        # that sweep twice the L2 before one comes round again.
+        extra.append((Line2D([], [], ls=""), "cold cache: every cell's rows come from DRAM"))
+    elif l2 and tokens:
         lo, hi = min(tokens), max(tokens)
         fills_at = []
         for geometry, cells in _by_geometry(comp).items():

@@ -530,6 +530,12 @@ def launch_state_of(archive: dict) -> str:
                                                          Timing.launch_state)
 
 
+def cache_of(archive: dict) -> str:
+    """Whether a run archive's arms were timed with the L2 hot or cold (an archive from
+    before the setting records none, and ran hot)."""
+    return archive["protocol"]["resolved"]["timing"].get("cache", Timing.cache)
+
+
 def as_recorded(resolved: dict, recorded: dict) -> dict:
     """``resolved`` (a protocol's resolved settings) as ``recorded`` (an archive's record of
     them) would hold them: a timing setting added since that archive was made is absent from

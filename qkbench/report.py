@@ -11,7 +11,7 @@ from rich.text import Text
 
 from qkbench.audit import code_lines
 from qkbench.neighbours import SMALL_TOKENS, baseline_beside
-from qkbench.protocol import Timing, launch_state_of, selection
+from qkbench.protocol import cache_of, launch_state_of, selection
 from qkbench.summary import NOT_SUPPORTED, UNSTABLE, current
 from qkbench.verify import status_word
 
@@ -63,7 +63,7 @@ def header(archive: dict) -> dict:
             "commit": code.get("commit"), "dirty": code.get("dirty"),
             "qkbench": env.get("qkbench"), "torch": env.get("torch"),
             "triton": env.get("triton"), "settings": settings,
-            "cache": protocol["resolved"]["timing"].get("cache", Timing.cache),
+            "cache": cache_of(archive),
             "launch_state": launch_state_of(archive)}
 
 
@@ -78,8 +78,8 @@ def header_lines(archive: dict) -> list[str]:
         f"protocol {archive['protocol']['resolved']['name']} "
         f"(sha256 {archive['protocol']['sha256'][:12]}), status {archive['status']}",
         f"device {gpu}; torch {env['torch']}, triton {env['triton']}, commit {commit}",
-        f"schedule {settings['schedule']}, isolation {settings['isolation']}, launch state "
-        f"{launch_state_of(archive)}; "
+        f"schedule {settings['schedule']}, isolation {settings['isolation']}, cache "
+        f"{cache_of(archive)}, launch state {launch_state_of(archive)}; "
         f"passes ok {passes['ok']}, failed {passes['failed']}, "
         f"replacements {passes.get('replacements', 0)}",
     ]

@@ -195,6 +195,16 @@ def test_the_delta_plot_draws_as_kept_only_the_passes_that_fill_a_cells_slots():
     assert again > 0
 
 
+@pytest.mark.parametrize(("run", "cache"), [("2026-12-04-v39/prefill-cold.json.gz", "cold"),
+                                            ("2026-12-04-v39/prefill.json.gz", "hot")])
+def test_the_header_and_the_plots_say_whether_the_l2_was_hot_or_cold(run, cache):
+    from qkbench import plots
+
+    archive = archives.read(H200 / run)
+    assert f", cache {cache}, launch state " in report.header_lines(archive)[2]
+    assert f" · cache {cache} · " in plots._identity(archive)
+
+
 def test_plots_of_a_cpu_run_without_an_l2_or_a_gpu(smoke_archive, tmp_path):
     from qkbench.plots import plot
 
