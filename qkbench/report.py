@@ -1,6 +1,7 @@
 """Reports of an archive: plain tables, rendered by rich for a terminal or as Markdown."""
 
 import re
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -178,15 +179,28 @@ def _bound(bound: dict) -> str:
     return f"T <= {bound['bound']}"
 
 
+# Why a measured (pass, cell) pair was dropped (a row's ``drop_reason``), in words.
+DROP_CAUSES = {"null": "null past the threshold", "throttled": "throttled"}
+
+
+def _drop_causes(comparisons: list[dict]) -> Counter:
+    """How many measured (pass, cell) pairs of ``comparisons`` were dropped for each cause."""
+    return Counter(r["drop_reason"] for comp in comparisons for c in comp["cases"]
+                   for r in c["passes"] if not r["kept"])
+
+
 def comparison_lines(archive: dict) -> list[str]:
     lines = []
     for comp in (current(archive) or {}).get("comparisons", []):
         d, w, slot = comp["drops"], comp["width"], comp["slot_effect"]
         warn = " -- larger than the width: a warning about the machine" if slot[
             "beyond_width"] else ""
+        causes = _drop_causes([comp])
+        why = (f" ({', '.join(f'{DROP_CAUSES[r]} {n}' for r, n in causes.items())})"
+               if causes.get("throttled") else "")
         lines.append(
             f"{comp['baseline']} -> {comp['candidate']}: dropped {d['dropped']} of {d['total']} "
-            f"measured (pass, cell) pairs, {d['replacements']} replacement attempts, "
+            f"measured (pass, cell) pairs{why}, {d['replacements']} replacement attempts, "
             f"{d['unstable']} unstable cells; instrument width worst kept "
             f"{_pct(w['worst'], False)}, median {_pct(w['median'], False)}; slot effect "
             f"(first-sampled arm vs the later ones) {_pct(slot['estimate'])}{warn}; "
@@ -290,10 +304,15 @@ def no_verdict_line(archive: dict) -> str | None:
     if not verdicts or any(v != UNSTABLE for v in verdicts):
         return None
     threshold = archive["protocol"]["resolved"]["timing"]["drop_threshold"]
+    causes = _drop_causes(current(archive)["comparisons"])
+    said = {"null": f"its null arm disagreed past the drop threshold {threshold:g}",
+            "throttled": "the card reported throttling (timing.drop_throttled)"}
+    why = [said[r] for r in said if causes.get(r)]
+    if any(p["status"] != "ok" for p in archive["passes"]):
+        why.append("its passes failed")
     return (f"no cell got a verdict: all {len(verdicts)} are unstable (in each, a pass "
-            "order kept no pass within its retries: its null arm disagreed past the drop "
-            f"threshold {threshold:g}, or its passes failed), so the run measured nothing a "
-            "verdict can be read from")
+            f"order kept no pass within its retries: {', or '.join(why)}), so the run "
+            "measured nothing a verdict can be read from")
 
 
 def failed_passes_line(archive: dict) -> str | None:

@@ -16,6 +16,7 @@ from qkbench.cli import app
 from qkbench.summary import current
 
 from helpers import reseal
+from synthetic import synthetic_sweep, tiny_protocol
 
 H200 = Path(__file__).parent.parent / "results" / "h200"
 # Unstable cells with long verdicts (text-decode), five-digit widths (prefill).
@@ -203,6 +204,18 @@ def test_the_header_and_the_plots_say_whether_the_l2_was_hot_or_cold(run, cache)
     archive = archives.read(H200 / run)
     assert f", cache {cache}, launch state " in report.header_lines(archive)[2]
     assert f" · cache {cache} · " in plots._identity(archive)
+
+
+def test_a_run_dropped_for_throttling_says_so_not_that_its_null_disagreed(tmp_path):
+    throttled = {"throttle": ["sw_power_cap"], "throttle_mask": 4}
+    run = synthetic_sweep(tiny_protocol(drop_throttled=True, retries=0), tmp_path / "t.json",
+                          card=dict.fromkeys(range(64), throttled))
+    assert report.no_verdict_line(run) == (
+        "no cell got a verdict: all 2 are unstable (in each, a pass order kept no pass within "
+        "its retries: the card reported throttling (timing.drop_throttled)), so the run "
+        "measured nothing a verdict can be read from")
+    assert "dropped 12 of 12 measured (pass, cell) pairs (throttled 12), " in (
+        report.comparison_lines(run)[0])
 
 
 def test_plots_of_a_cpu_run_without_an_l2_or_a_gpu(smoke_archive, tmp_path):
