@@ -623,6 +623,6 @@ def _differences(stored, recomputed, path: str = "summary") -> list[str]:
             and not isinstance(stored, bool) and not isinstance(recomputed, bool)):
         if math.isclose(stored, recomputed, rel_tol=1e-12, abs_tol=1e-300):
             return []
-    elif stored == recomputed:
+    elif type(stored) is type(recomputed) and stored == recomputed:  # False is not 0
         return []
     return [f"{path}: stored {stored!r}, recomputed {recomputed!r}"]

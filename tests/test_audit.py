@@ -206,6 +206,15 @@ def test_each_consistency_problem_is_named(smoke_archive, name, expected):
     assert any(p.startswith(expected) for p in problems), problems
 
 
+def test_a_summary_count_edited_to_a_boolean_is_caught(smoke_archive):
+    # In Python False == 0: the stored and recomputed counts must be of one kind too.
+    edited = copy.deepcopy(smoke_archive)
+    drops = edited["summary"]["comparisons"][0]["drops"]
+    drops["dropped"] = bool(drops["dropped"])
+    assert ("summary.comparisons[0].drops.dropped: stored "
+            f"{drops['dropped']!r}, recomputed {int(drops['dropped'])}") in audit(reseal(edited))
+
+
 def test_a_sample_edited_past_any_float_is_named_not_a_traceback(smoke_archive):
     edited = copy.deepcopy(smoke_archive)
     edited["passes"][0]["cases"][0]["comparisons"][0]["arms"][0]["samples"][0] = 10**400
