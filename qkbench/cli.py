@@ -723,7 +723,7 @@ def export(
             raise QkbenchError(f"{out_file} exists: choose another --out")
         try:
             n = write_whole(out_file, lambda f: write_csv(run, f), replace=False,
-                            gzipped=out_file.suffix == ".gz")
+                            gzipped=out_file.suffix.lower() == ".gz")
         except FileExistsError:
             raise QkbenchError(f"{out_file} exists: choose another --out") from None
         except OSError as e:

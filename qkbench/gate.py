@@ -39,6 +39,7 @@ from statistics import median
 
 from qkbench.errors import FAIL, INCONCLUSIVE, PASS, GateError
 from qkbench.protocol import launch_state_of, measuring_timing
+from qkbench.summary import used_rows
 
 # The verdict of a cell that a route does not support: no one's fault.
 NOT_SUPPORTED = "n/s"
@@ -192,12 +193,6 @@ def mismatches(baseline: dict, candidate: dict) -> list[str]:
     a, b = identity(baseline), identity(candidate)
     return [f"{key}: {a[key]} in --baseline, {b[key]} in --candidate"
             for key in a if a[key] != b[key]]
-
-
-def used_rows(cell: dict) -> list[dict]:
-    """The per-pass rows of a cell's balanced kept set (one per order slot)."""
-    used = {s["used"] for s in cell["slots"]} - {None}
-    return [r for r in cell["passes"] if r["pass"] in used]
 
 
 def _across_cell(pair: tuple[str, str], a: dict | None, b: dict | None, tolerance: float,

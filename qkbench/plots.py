@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from qkbench.protocol import cache_of, rebuild
-from qkbench.summary import current
+from qkbench.summary import current, used_rows
 
 KINDS = ("delta", "time", "bandwidth")
 VERDICTS_WITH_ESTIMATE = ("faster", "slower", "unresolved")
@@ -110,11 +110,6 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _used(cell: dict) -> set[int]:
-    """The passes that fill the cell's slots (its balanced kept set)."""
-    return {slot["used"] for slot in cell["slots"] if slot.get("used") is not None}
-
-
 def _delta_figure(archive: dict, comp: dict, shapes: dict[str, str]) -> Figure:
     groups = _by_geometry(comp)
     cols = min(2, len(groups))
@@ -135,7 +130,7 @@ def _delta_figure(archive: dict, comp: dict, shapes: dict[str, str]) -> Figure:
         # A slot is filled by its first kept attempt; a pass that measured the cell again
         # (it replaced another comparison's slot) is kept but outside the balanced set.
         rows = [(c["tokens"], r["delta"] * 100,
-                 "dropped" if not r["kept"] else "used" if r["pass"] in _used(c) else "again")
+                 "dropped" if not r["kept"] else "used" if r in used_rows(c) else "again")
                 for c in cells for r in c["passes"]]
         kept, again, dropped = ([(t, d) for t, d, kind in rows if kind == which]
                                 for which in ("used", "again", "dropped"))

@@ -308,7 +308,7 @@ def no_verdict_line(archive: dict) -> str | None:
     said = {"null": f"its null arm disagreed past the drop threshold {threshold:g}",
             "throttled": "the card reported throttling (timing.drop_throttled)"}
     why = [said[r] for r in said if causes.get(r)]
-    if any(p["status"] != "ok" for p in archive["passes"]):
+    if any(p["status"] != "ok" for p in archive["passes"]) or not why:
         why.append("its passes failed")
     return (f"no cell got a verdict: all {len(verdicts)} are unstable (in each, a pass "
             f"order kept no pass within its retries: {', or '.join(why)}), so the run "

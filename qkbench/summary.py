@@ -293,3 +293,10 @@ def open_slots(summary: dict) -> dict[int, list[str]]:
                 if s["status"] == OPEN:
                     need[s["slot"]].add(cell["key"])
     return {slot: sorted(keys) for slot, keys in sorted(need.items())}
+
+
+def used_rows(cell: dict) -> list[dict]:
+    """The per-pass rows of a summary cell's balanced kept set (one per order slot): a
+    pass that measured the cell again after its slot was filled is kept but not among them."""
+    used = {s["used"] for s in cell["slots"]} - {None}
+    return [r for r in cell["passes"] if r["pass"] in used]

@@ -19,7 +19,7 @@ from qkbench.routes import NotSupported, Route, shipped
 
 
 def verify(routes: Sequence[Route], inputs: Inputs, inplace: bool) -> dict[str, dict]:
-    """Per route: oracle errors, exactness against its group's reference (``reference``),
+    """Per route: oracle errors, exactness against its group's reference (``group_reference``),
     and ``ok``. Each route is called as it is timed (in place, or into outputs given to
     it) and judged by what it wrote there."""
     oracle = inputs.call(reference.qk_norm_rope_oracle)
