@@ -169,6 +169,9 @@ class DispatchTable:
             return cls(json.loads(data))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{path}: not a dispatch table (not JSON: {e})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: not a dispatch table (not JSON: nested too "
+                             "deeply)") from None
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
 

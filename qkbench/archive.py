@@ -196,8 +196,10 @@ def read(path: Path) -> dict:
         data = decode(Path(path).read_bytes())
     except FileNotFoundError:
         raise ArchiveError(f"{path}: no such archive") from None
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, EOFError, zlib.error, ValueError) as e:  # ValueError: JSON, Unicode
         raise ArchiveError(f"{path}: cannot be read as JSON ({e})") from None
+    except RecursionError:
+        raise ArchiveError(f"{path}: cannot be read as JSON (nested too deeply)") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ArchiveError(f"{path}: not a qkbench run archive")
     version = data.get("schema_version")

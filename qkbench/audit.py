@@ -101,7 +101,7 @@ def examine(archive: dict, key: bytes | None = None, stored_summary: bool = True
     rules = legacy.summarize if schema == 1 else summarize
     try:
         recomputed = as_stored(rules(archive))
-    except MALFORMED as e:
+    except (*MALFORMED, QkbenchError) as e:  # QkbenchError: a protocol record edited
         found.problems.append(f"summary: cannot be recomputed from the passes "
                               f"({type(e).__name__}: {e})")
         return found

@@ -463,6 +463,8 @@ def parse(text: str, src: str = "<protocol>") -> Protocol:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProtocolError(f"{src}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise ProtocolError(f"{src}: not valid TOML: nested too deeply") from None
     _check_table(src, "", data, _TOP)
     _require(src, "", data, _TOP, _REQUIRED["top"])
     routes = data["routes"]

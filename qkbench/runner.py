@@ -271,20 +271,25 @@ def _free(out: Path) -> ArchiveLock:
     raise AssertionError("unreachable")
 
 
-def check_seal(existing: dict, key: bytes | None, out: Path) -> None:
+def check_seal(existing: dict, key: bytes | None, out: Path) -> bytes | None:
     """Resume only an archive whose digests still hold, signed the way this run would
-    sign (a signed run goes on with the same key; an unsigned one without a key)."""
+    sign (a signed run goes on with the same key; an unsigned one without a key). A
+    complete one is only read, so any key goes: its digests are checked as far as the key
+    allows. Returns the key they were checked with."""
     from qkbench.audit import digest_problems
 
     recorded = existing.get("seal") or {}
     signed = seal.is_signed(existing)
-    if signed and key is None:
+    if existing.get("status") == "complete":
+        if not signed or key is None or recorded.get("key_id") != seal.key_id(key):
+            key = None
+    elif signed and key is None:
         raise ArchiveError(f"{out}: cannot resume: it is signed ({seal.HMAC_SHA256}); set "
                            f"{seal.KEY_ENV} to the key it was started with")
-    if signed and recorded.get("key_id") != seal.key_id(key):
+    elif signed and recorded.get("key_id") != seal.key_id(key):
         raise ArchiveError(f"{out}: cannot resume: it is signed with another key (key id "
                            f"{recorded.get('key_id')}, {seal.KEY_ENV} has {seal.key_id(key)})")
-    if not signed and key is not None:
+    elif not signed and key is not None:
         raise ArchiveError(f"{out}: cannot resume: it is not signed, and {seal.KEY_ENV} is "
                            "set: its passes cannot be signed now; unset the key to resume it")
     problems = digest_problems(existing, key)
@@ -292,6 +297,7 @@ def check_seal(existing: dict, key: bytes | None, out: Path) -> None:
         raise ArchiveError(f"{out}: cannot resume: it was edited since it was written "
                            f"({problems[0]}{'; ...' if len(problems) > 1 else ''}); "
                            "`qkbench audit` it")
+    return key
 
 
 def _check_sound(existing: dict, key: bytes | None, out: Path) -> None:
@@ -445,8 +451,11 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
         if resume:
             run = archives.read(out)
             _check_resumable(run, protocol, settings, out)
-            check_seal(run, key, out)
-            _check_sound(run, key, out)
+            _check_sound(run, check_seal(run, key, out), out)
+            if run["status"] == "complete":
+                # Nothing will be measured or written: the code and the machine have no say.
+                events.already_complete()
+                return run
             code, differ = _check_code(run, out, allow_code_change)
             here = _check_machine(run, device, out)
             broken = hopeless(protocol, first_pass(run))
@@ -455,9 +464,6 @@ def sweep(protocol: Protocol, device: torch.device, out: Path, *, resume: bool =
                 raise ArchiveError(f"{out}: cannot resume: its first pass found "
                                    f"{_invalid_everywhere(broken, first_pass(run))}; start "
                                    "a new sweep")
-            if run["status"] == "complete":
-                events.already_complete()
-                return run
             run["resumed"].append({
                 "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command or [],
                 "after_passes": len(run["passes"]), "code": code, "code_changes": differ,

@@ -224,6 +224,17 @@ def test_a_sample_edited_past_any_float_is_named_not_a_traceback(smoke_archive):
         "convert to float)"]
 
 
+def test_a_protocol_record_edited_past_its_rules_is_named_as_problems_not_raised(
+        smoke_archive):
+    edited = copy.deepcopy(smoke_archive)
+    edited["protocol"]["resolved"]["tokens"] = "1"
+    problems = audit(reseal(edited))
+    assert problems[0].startswith("protocol: the resolved settings cannot be rebuilt from its "
+                                  "text (overrides: 'tokens' must be a non-empty array")
+    assert any(p.startswith("summary: cannot be recomputed from the passes (ProtocolError: "
+                            "overrides: 'tokens'") for p in problems), problems
+
+
 def test_a_pass_index_edited_far_out_of_range_is_named_without_counting_to_it(
         smoke_archive):
     # Resealed: only the structure can tell. The missing indices are named, the first few
@@ -494,6 +505,31 @@ def test_resume_of_a_signed_archive_without_its_key_is_refused(one_pass, tmp_pat
     result = _resume(path)
     assert result.exit_code == 1
     assert "cannot resume: it is signed (hmac-sha256); set QKBENCH_SIGNING_KEY" in result.stderr
+
+
+def test_resume_of_a_complete_archive_with_a_key_set_measures_nothing_and_passes(
+        smoke_sweep, tmp_path, monkeypatch):
+    # Nothing is written, so there is nothing to sign: the key has no say.
+    path = tmp_path / "run.json"
+    path.write_bytes(smoke_sweep[0].read_bytes())
+    monkeypatch.setenv("QKBENCH_SIGNING_KEY", KEY.decode())
+    result = CliRunner().invoke(app, ["sweep", "--protocol", "smoke", "--device", "cpu",
+                                      "--resume", "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "the archive is complete already; nothing was measured" in result.stderr
+    assert path.read_bytes() == smoke_sweep[0].read_bytes()
+
+
+def test_resume_of_a_complete_archive_edited_since_is_refused(smoke_sweep, tmp_path):
+    path = tmp_path / "run.json"
+    run = archives.read(smoke_sweep[0])
+    run["passes"][0]["cases"][0]["comparisons"][0]["arms"][0]["samples"][0] *= 2
+    archives.write(path, run)
+    result = CliRunner().invoke(app, ["sweep", "--protocol", "smoke", "--device", "cpu",
+                                      "--resume", "--out", str(path)])
+    assert result.exit_code == 1
+    assert (f"{path}: cannot resume: it was edited since it was written (pass 0: raw content "
+            "does not match its digest") in result.stderr
 
 
 def test_the_worker_never_sees_the_signing_key(monkeypatch):

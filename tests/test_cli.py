@@ -142,6 +142,12 @@ def _unreadable(tmp_path, kind: str):
     if kind == "folder":
         path.mkdir()
         return path, "cannot be read as JSON"
+    if kind == "huge-integer":  # past the int parser's 4300 digits: a plain ValueError
+        path.write_text('{"kind": "qkbench.run", "schema_version": ' + "1" * 4301 + "}")
+        return path, "cannot be read as JSON"
+    if kind == "deep-nesting":  # past the parser's recursion limit
+        path.write_text("[" * 100_000 + "]" * 100_000)
+        return path, "cannot be read as JSON"
     if kind == "json-list":
         path.write_text("[1, 2, 3]")
         return path, "not a qkbench run archive"
@@ -158,8 +164,9 @@ def _unreadable(tmp_path, kind: str):
 
 
 @pytest.mark.parametrize("command", ["report", "audit"])
-@pytest.mark.parametrize("kind", ["missing", "text", "binary", "folder", "json-list",
-                                  "other-kind", "unknown-schema", "header-only"])
+@pytest.mark.parametrize("kind", ["missing", "text", "binary", "folder", "huge-integer",
+                                  "deep-nesting", "json-list", "other-kind", "unknown-schema",
+                                  "header-only"])
 def test_unreadable_archive_fails_in_one_clear_line(tmp_path, command, kind):
     path, reason = _unreadable(tmp_path, kind)
     assert_one_error_line(invoke(command, str(path)), str(path), reason)
@@ -512,6 +519,23 @@ def test_resume_of_a_complete_archive_measures_and_writes_nothing(smoke_sweep, t
     path, _ = smoke_sweep
     copy = tmp_path / "done.json"
     copy.write_bytes(path.read_bytes())
+    result = invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--resume", "--out",
+                    str(copy))
+    assert result.exit_code == 0, result.output
+    assert "resume: the archive is complete already; nothing was measured" in result.stderr
+    assert copy.read_bytes() == path.read_bytes()
+
+
+def test_resume_of_a_complete_archive_after_a_code_change_measures_nothing_and_passes(
+        smoke_sweep, tmp_path, monkeypatch):
+    # Nothing would be measured, so no code would be mixed: no --allow-code-change needed.
+    from qkbench import env
+
+    path, _ = smoke_sweep
+    copy = tmp_path / "done.json"
+    copy.write_bytes(path.read_bytes())
+    now = env.code_now()
+    monkeypatch.setattr(env, "code_now", lambda: {**now, "commit": "0" * 40})
     result = invoke("sweep", "--protocol", "smoke", "--device", "cpu", "--resume", "--out",
                     str(copy))
     assert result.exit_code == 0, result.output

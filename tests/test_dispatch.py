@@ -459,8 +459,9 @@ def test_a_geometry_that_would_misroute_calls_is_refused_naming_it(change, patte
 @pytest.mark.parametrize(("data", "pattern"), [
     (b'{"kind": ', r"not a dispatch table \(not JSON: Expecting value"),
     (b'{"a": "\xff"}', r"not a dispatch table \(not JSON: 'utf-8' codec can't decode"),
+    (b"[" * 100_000 + b"]" * 100_000, r"not a dispatch table \(not JSON: nested too deeply"),
     (b'{"kind": "qkbench.run"}', r"not a dispatch table: kind must be 'qkbench.dispatch'"),
-], ids=["truncated", "not-utf8", "a-run-archive"])
+], ids=["truncated", "not-utf8", "nested-too-deeply", "a-run-archive"])
 def test_loading_a_file_that_is_not_a_table_names_the_file(tmp_path, data, pattern):
     path = tmp_path / "dispatch.json"
     path.write_bytes(data)

@@ -573,10 +573,14 @@ def test_usage_errors_are_exit_2_in_one_line(archive, args, fragment):
     assert_usage_error(invoke(*args), fragment)
 
 
-def test_an_unreadable_archive_is_exit_2_naming_it(tmp_path):
+@pytest.mark.parametrize(("text", "reason"), [
+    (json.dumps([1, 2]), "not a qkbench run archive"),
+    ("[" * 100_000 + "]" * 100_000, "cannot be read as JSON (nested too deeply)"),
+], ids=["not-a-run", "nested-too-deeply"])
+def test_an_unreadable_archive_is_exit_2_naming_it(tmp_path, text, reason):
     path = tmp_path / "run.json"
-    path.write_text(json.dumps([1, 2]))
-    assert_usage_error(invoke(str(path)), f"{path}: not a qkbench run archive")
+    path.write_text(text)
+    assert_usage_error(invoke(str(path)), f"{path}: {reason}")
 
 
 @pytest.mark.parametrize(("text", "value"), [("2%", 0.02), ("2.5 %", 0.025), ("0.02", 0.02),

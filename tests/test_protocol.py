@@ -87,6 +87,8 @@ BAD = [
     ("no-candidate", ('routes = ["split", "fused"]', 'routes = ["split"]'),
      ["'routes' needs a baseline and at least one candidate"]),
     ("not-toml", ("passes = 12", "passes = "), ["not valid TOML"]),
+    ("nested-too-deeply", ("passes = 12", "passes = 12\nx = " + "[" * 100_000 + "]" * 100_000),
+     ["not valid TOML: nested too deeply"]),
     ("unknown-style", ("head_dim = 64", 'head_dim = 64\nstyle = "llama"'),
      ["geometry[0] ('g'): style must be one of ('neox', 'gptj'), got 'llama'"]),
     ("unknown-weight-mode", ("head_dim = 64", 'head_dim = 64\nweight_mode = "gemma"'),
