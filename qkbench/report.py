@@ -136,20 +136,23 @@ def tables(archive: dict) -> list[Table]:
         cover = (f"{_pct(coverages.pop(), False)} interval" if len(coverages) == 1
                  else "interval")
         cases = Table(f"{name}: per cell (delta = candidate / baseline - 1, the mean log ratio "
-                      f"over the balanced kept passes; interval = [best, worst] kept delta, "
-                      f"its coverage of the median delta; width = worst kept |null|)",
+                      f"over the balanced kept passes; median = their median delta; interval "
+                      f"= [best, worst] kept delta, its coverage of the median delta; width = "
+                      f"worst kept |null|, and its median)",
                       ["geometry", "T", "kept", f"{comp['baseline']} us",
-                       f"{comp['candidate']} us", "delta", cover, "width", "verdict",
-                       "copy us", "floor us", *(f"{comp[role]} share of copy BW"
-                                                for role in ("baseline", "candidate"))],
-                      compact=[0, 1, 3, 4, 5, 6, 8], keys=2, wrap={6, 8, 11, 12})
+                       f"{comp['candidate']} us", "delta", "median", cover, "width",
+                       "width median", "verdict", "copy us", "floor us",
+                       *(f"{comp[role]} share of copy BW"
+                         for role in ("baseline", "candidate"))],
+                      compact=[0, 1, 3, 4, 5, 7, 10], keys=2, wrap={7, 9, 10, 13, 14})
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
             # Each route's rate on its own bytes (the split route moves more than fused).
             bw = c.get("bandwidth", {})
             cases.rows.append([c["geometry"], str(c["tokens"]), f"{e['kept']}/{e['total']}",
                                _num(t.get("baseline")), _num(t.get("candidate")),
-                               _pct(e["estimate"]), _interval(e), _pct(e["width"], False),
+                               _pct(e["estimate"]), _pct(e["median"]), _interval(e),
+                               _pct(e["width"], False), _pct(e["width_median"], False),
                                _verdict(e), _num(t.get("copy")), _num(t.get("floor")),
                                *(_pct(bw.get(role, {}).get("share_of_copy"), False)
                                  for role in ("baseline", "candidate"))])

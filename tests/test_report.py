@@ -60,7 +60,7 @@ def test_tables_keep_every_geometry_name_and_number_whole(h200, width, wide):
 def test_the_compact_table_fits_100_columns_with_its_seven_columns(h200):
     (cells, *_) = report.tables(h200)
     assert [cells.headers[i] for i in cells.compact] == [
-        "geometry", "T", "split us", "fused us", "delta", cells.headers[6], "verdict"]
+        "geometry", "T", "split us", "fused us", "delta", cells.headers[7], "verdict"]
     lines = render(h200, 100, wide=False).splitlines()
     header = next(line for line in lines if line.lstrip().startswith("geometry"))
     assert "split us" in header and "96.88% interval" in header
@@ -93,6 +93,21 @@ def test_wide_shows_each_route_on_its_own_bytes(h200):
                 > bw["candidate"]["share_of_copy"] * case["time_us"]["candidate"]
                 / case["time_us"]["baseline"])
     assert measured
+
+
+def test_each_cell_shows_its_median_delta_and_median_null_beside_estimate_and_width(h200):
+    # SPEC 4: reported per case, the estimate and the median, best and worst delta; the
+    # width and its median.
+    (cells, *_) = report.tables(h200)
+    comp = current(h200)["comparisons"][0]
+    column = {name: cells.headers.index(name) for name in ("median", "width median")}
+    shown = 0
+    for row, case in zip(cells.rows, comp["cases"], strict=True):
+        e = case["effect"]
+        assert row[column["median"]] == report._pct(e["median"])
+        assert row[column["width median"]] == report._pct(e["width_median"], False)
+        shown += e["median"] is not None and e["median"] != e["estimate"]
+    assert shown
 
 
 def test_markdown_keeps_every_column(h200):
