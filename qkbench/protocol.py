@@ -363,9 +363,11 @@ def _check_values(p: Protocol, src: str) -> None:
     named = [(f"geometry[{i}]", g.name) for i, g in enumerate(p.geometries)]
     named += [(f"band[{i}]", b.name) for i, b in enumerate(p.bands)]
     for where, name in named:
-        if not name.strip() or not name.isprintable():
-            raise ProtocolError(f"{src}: '{where}.name' must be printable text, not blank (it "
-                                f"names cells in reports and JUnit XML), got {name!r}")
+        if not name.strip() or name != name.strip() or not name.isprintable():
+            # A space at an end would make --geometry "g" and the cell's name differ unseen.
+            raise ProtocolError(f"{src}: '{where}.name' must be printable text, not blank and "
+                                f"without spaces at its ends (it names cells in reports and "
+                                f"JUnit XML), got {name!r}")
     if not 0 <= p.timing.seed <= MAX_SEED:
         raise ProtocolError(f"{src}: 'timing.seed' must be in [0, 2^63 - 1], "
                             f"got {p.timing.seed}")

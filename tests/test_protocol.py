@@ -190,6 +190,9 @@ LATE = [
      ["'geometry[0].name' must be printable text", "JUnit XML", "'g\\x01'"]),
     ("band-name-blank", ("head_dim = 64", 'head_dim = 64\n\n[[band]]\nname = " "'),
      ["'band[0].name' must be printable text, not blank", "' '"]),
+    ("geometry-name-trailing-space", ('name = "g"', 'name = "g "'),
+     ["'geometry[0].name' must be printable text, not blank and without spaces at its ends",
+      "'g '"]),
     ("table-over-int32", ("tokens = [1, 4]", "tokens = [1, 4]\nmax_position = 1000000000"),
      ["'max_position' 1000000000 on geometry 'g': its cos/sin table would have "
       "64,000,000,000 elements", "more than 2^31 - 1 per tensor"]),
