@@ -321,7 +321,8 @@ def no_verdict_line(archive: dict) -> str | None:
 def failed_passes_line(archive: dict) -> str | None:
     """How many of the run's passes failed, and which (None where none did)."""
     failed = [p["index"] for p in archive["passes"] if p["status"] != "ok"]
-    return (f"{len(failed)} of {len(archive['passes'])} passes failed (passes {failed}; "
+    return (f"{len(failed)} of {len(archive['passes'])} passes failed (passes "
+            f"{[i + 1 for i in failed]} as the progress lines count, archive indices {failed}; "
             "their output is in the archive)") if failed else None
 
 
@@ -331,7 +332,8 @@ def failures(archive: dict) -> list[str]:
         if p["status"] != "ok":
             said = [*p.get("stderr_head", []), *p.get("stderr_tail", [])] or ["no output"]
             why = p.get("reason") or said[-1]  # e.g. "timed out after 1800 s"
-            lines.append(f"pass {p['index']} failed (exit {p.get('returncode')}): {why}")
+            lines.append(f"pass {p['index'] + 1} (archive index {p['index']}) failed (exit "
+                         f"{p.get('returncode')}): {why}")
     return lines + invalid(archive)
 
 

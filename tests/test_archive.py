@@ -407,7 +407,8 @@ def test_archive_with_a_killed_pass_audits_clean(crashed_run):
 
 
 def test_report_names_the_killed_pass(crashed_run):
-    assert any(line.startswith("pass 1 failed (exit -9)") for line in report.failures(crashed_run))
+    assert any(line.startswith("pass 2 (archive index 1) failed (exit -9)")
+               for line in report.failures(crashed_run))
 
 
 class FailingBackend(SyntheticBackend):

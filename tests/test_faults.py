@@ -434,7 +434,10 @@ def test_a_timed_out_pass_is_replaced_with_its_order_and_the_run_completes(timed
 def test_a_timed_out_pass_exits_1_and_is_named_in_the_report(timed_out):
     result = timed_out.result
     assert result.exit_code == 1
-    assert f"pass 0 failed (exit -9): timed out after {TIMEOUT_S} s" in result.stdout
+    # Numbered as the progress lines number it, beside the archive's index.
+    assert "pass 1/6 FAILED" in result.stderr, result.stderr
+    assert (f"pass 1 (archive index 0) failed (exit -9): timed out after {TIMEOUT_S} s"
+            in result.stdout)
     # Counted among every pass the run made, its replacements included.
     made = len(timed_out.run["passes"])
     assert made > 6
