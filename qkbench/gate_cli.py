@@ -164,10 +164,13 @@ def gate(
                             "the run's verdicts alone")
         if forms[0] == "--baseline/--candidate" and (baseline is None or candidate is None):
             raise GateError("--baseline and --candidate go together")
-        for path in (junit, markdown):
-            if path is not None:
-                _check_writable(path)
-        reports = {"junit": junit, "markdown": markdown}
+        checked = {name: (path, path and _unwritable_report(flag, path)) for name, flag, path
+                   in (("junit", "--junit", junit), ("markdown", "--markdown", markdown))}
+        # A usable report file is kept to say the error in, even where the other is not.
+        reports = {name: None if why else path for name, (path, why) in checked.items()}
+        why = next((why for _, why in checked.values() if why), None)
+        if why:
+            raise GateError(why)
         if out_dir is not None:
             _check_out(out_dir)
         # The device before the rules, which import the kernels: on the CPU they must be
@@ -343,16 +346,18 @@ def _check_out(out_dir: Path) -> None:
                         "a folder")
 
 
-def _check_writable(path: Path) -> None:
-    """Refuse a report file that could not be written before anything is measured. Its
-    missing folders are made when it is written (as ``--out``'s are, e.g. ``results/gate``
-    on a fresh checkout), so the nearest folder that exists must be writable."""
+def _unwritable_report(flag: str, path: Path) -> str | None:
+    """Why a report file could not be written, found before anything is measured (None: it
+    can be). Its missing folders are made when it is written (as ``--out``'s are, e.g.
+    ``results/gate`` on a fresh checkout), so the nearest folder that exists must be
+    writable."""
     try:
         why = _unwritable(path)
     except OSError as e:  # a name too long, a folder that cannot be searched
         why = e.strerror
-    if why:
-        raise GateError(f"{path}: cannot be written ({why})")
+    if why and str(path) == ".":
+        why += "; an empty value, such as an unset $GITHUB_STEP_SUMMARY, reads as '.'"
+    return f"{flag} {path}: cannot be written ({why})" if why else None
 
 
 def _unwritable(path: Path) -> str | None:

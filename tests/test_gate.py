@@ -467,6 +467,17 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_meas
                        f"--out {too_long}: cannot be used (File name too long)")
 
 
+def test_an_empty_markdown_path_is_named_and_the_junit_file_still_gets_the_error(
+        archive, tmp_path):
+    # `--markdown "$GITHUB_STEP_SUMMARY"` outside GitHub Actions: the value is empty.
+    junit = tmp_path / "gate" / "junit.xml"
+    result = invoke(archive("base"), "--junit", str(junit), "--markdown", "")
+    assert_usage_error(result, "--markdown .: cannot be written (it is a folder; an empty "
+                               "value, such as an unset $GITHUB_STEP_SUMMARY, reads as '.')")
+    error = ET.parse(junit).getroot().find("testsuite/testcase/error")
+    assert "--markdown .: cannot be written" in error.get("message")
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_report_that_fails_as_it_is_written_leaves_the_verdict_printed(archive):
     result = invoke(archive("fused-slower"), "--markdown", "/dev/full")
