@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -22,6 +22,11 @@ from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
 from qkbench.options import cells, overridden, refuse_given, timing
 from qkbench.stdout import Stdout, stdout_refused
+
+if TYPE_CHECKING:
+    import torch
+
+    from qkbench.protocol import Protocol
 
 STDOUT = Stdout()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -82,6 +87,19 @@ def _device(spec: str):
     if spec == "auto":
         err.print(f"device: {device} ({'CUDA found' if use_cuda else 'no CUDA device'})")
     return device
+
+
+def warn_if_heavy_on_cpu(proto: "Protocol", dev: "torch.device", runs: int = 1) -> None:
+    """Say so before a run on the CPU of far more than the smoke protocol's work."""
+    if dev.type != "cpu":
+        return
+    heavier = runs * proto.timed_elements() / _protocol("smoke", dev).timed_elements()
+    if heavier > CPU_HEAVY:
+        err.print(f"note: {proto.name} on the CPU makes {runs * proto.timed_calls():,} timed "
+                  f"route calls over {runs * proto.timed_elements():,} q and k elements in the "
+                  f"Triton interpreter, {heavier:,.0f}x the smoke protocol's work (minutes "
+                  "here): hours or days; Ctrl-C keeps the finished passes",
+                  highlight=False, soft_wrap=True)
 
 
 def _protocol(spec: str | None, device):
@@ -277,14 +295,7 @@ def sweep(
             nonlocal path
             path = chosen
 
-        if dev.type == "cpu":
-            heavier = proto.timed_elements() / _protocol("smoke", dev).timed_elements()
-            if heavier > CPU_HEAVY:
-                err.print(f"note: {proto.name} on the CPU makes {proto.timed_calls():,} timed "
-                          f"route calls over {proto.timed_elements():,} q and k elements in "
-                          f"the Triton interpreter, {heavier:,.0f}x the smoke protocol's work "
-                          "(minutes here): hours or days; Ctrl-C keeps the finished passes",
-                          highlight=False, soft_wrap=True)
+        warn_if_heavy_on_cpu(proto, dev)
         run = _swept(proto, dev, path, resume, allow_code_change,
                      named if not resume and path != out_path else None,
                      resumed["passes"] if resumed else ())

@@ -303,11 +303,12 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
              out_dir: Path | None, tol: float, max_inconclusive: int, timing: dict):
     from qkbench import against, refs
     from qkbench import gate as rules
-    from qkbench.cli import _protocol, _sweep_events, err
+    from qkbench.cli import _protocol, _sweep_events, err, warn_if_heavy_on_cpu
     from qkbench.report import failures
 
     routes = list(dict.fromkeys(routes))
     proto = overridden(_protocol(protocol, dev), **timing)
+    warn_if_heavy_on_cpu(proto, dev, len(routes))
     with refs.exported(ref, repo, routes) as export:
         differs = against.installed_differs(repo)
         if differs:

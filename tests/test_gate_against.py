@@ -414,6 +414,23 @@ def test_an_interrupted_gate_exits_130_and_removes_the_export(repo, tmp_path, mo
     assert not seen["folder"].exists() and refs.ENV not in os.environ
 
 
+def test_a_heavy_gate_on_the_cpu_is_announced_before_it_runs(repo, tmp_path, monkeypatch):
+    from qkbench import against
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(against, "run", interrupted)
+    result = CliRunner().invoke(app, [
+        "gate", "--against", "same", "--repo", str(repo), "--protocol", "text-decode",
+        "--route", "fused", "--route", "split", "--device", "cpu", "--out", str(tmp_path)])
+    assert result.exit_code == 130
+    # One run a route: twice the sweep's note for the one protocol.
+    assert ("note: text-decode on the CPU makes 5,575,680 timed route calls over "
+            "14,782,275,256,320 q and k elements in the Triton interpreter, 30,551,991x the "
+            "smoke protocol's work") in result.stderr, result.stderr
+
+
 @interpreter_only
 def test_a_gate_ended_by_sigterm_exits_143_and_removes_the_export(repo, tmp_path):
     import signal
