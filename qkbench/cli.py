@@ -21,7 +21,7 @@ from qkbench.errors import DeviceError, QkbenchError
 from qkbench.gate_cli import HELP as GATE_HELP
 from qkbench.gate_cli import gate
 from qkbench.options import cells, overridden, refuse_given, timing
-from qkbench.stdout import Stdout, stdout_refused
+from qkbench.stdout import Stderr, Stdout, stdout_refused
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +36,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 # No markup: what is printed holds the user's text (route, geometry and file names), which
 # rich would read as markup ("[/x]": an error of its own); styled labels use ``labelled``.
 out = Console(file=STDOUT, width=None if sys.stdout.isatty() else 220, markup=False)
-err = Console(stderr=True, markup=False)
+err = Console(file=Stderr(), markup=False)
 
 
 def labelled(label: str, text: str) -> Text:

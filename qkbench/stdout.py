@@ -1,6 +1,10 @@
-"""Standard output as the CLI writes it: whatever ``sys.stdout`` is when written (a test
-runner swaps it), and a write the system refuses (a full disk, a reader that went away)
-raised as ``OutputError``, which the CLI reports in one line like any user error."""
+"""Standard output and error as the CLI writes them: whatever ``sys.stdout`` and
+``sys.stderr`` are when written (a test runner swaps them). A write standard output refuses
+(a full disk, a reader that went away) is raised as ``OutputError``, which the CLI reports
+in one line like any user error; one standard error refuses is dropped, with the rest of
+its output, and the command goes on: it holds only diagnostics (a run's archive keeps what
+it measured, the exit status says how it ended), and a log reader that went away must not
+end a run."""
 
 import errno
 import os
@@ -31,6 +35,30 @@ class Stdout:
         return getattr(sys.stdout, "encoding", None) or "utf-8"
 
 
+class Stderr:
+    """A text stream over the current ``sys.stderr`` that drops what it refuses."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stderr.write(text)
+        except OSError:
+            _discard_the_rest(sys.stderr)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            sys.stderr.flush()
+        except OSError:
+            _discard_the_rest(sys.stderr)
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stderr, "encoding", None) or "utf-8"
+
+
 def _guarded(call):
     try:
         return call()
@@ -41,7 +69,7 @@ def _guarded(call):
 def refused(e: OSError) -> OutputError:
     """The error a write standard output refused with ``e`` is reported as (what was not
     written is discarded)."""
-    _discard_the_rest()
+    _discard_the_rest(sys.stdout)
     return OutputError(f"standard output: {e.strerror or e}; the output is incomplete")
 
 
@@ -55,13 +83,13 @@ def stdout_refused(e: BaseException) -> OutputError | None:
     return None
 
 
-def _discard_the_rest() -> None:
+def _discard_the_rest(stream) -> None:
     # What could not be written stays in the stream's buffer, and the interpreter would try
     # again at exit and print a traceback of its own: point the descriptor at /dev/null (the
     # remedy Python's documentation gives for SIGPIPE). A stream with no descriptor (a test
     # runner's) has nothing to flush at exit.
     try:
-        fd = sys.stdout.fileno()
+        fd = stream.fileno()
     except (OSError, ValueError):
         return
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -14,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 import qkbench
+from qkbench import archive as archives
 from qkbench import report
 from qkbench.cli import app, archive_path
 
@@ -932,6 +933,33 @@ def test_python_m_qkbench_is_the_qkbench_command():
         assert done.returncode == 1, (module, done.stdout, done.stderr)
         assert "/nonexistent.json" in done.stderr
 
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_gate_with_both_output_streams_refused_exits_2_never_1(smoke_sweep):
+    # `qkbench gate RUN 2>&1 | head` once head has gone: the error cannot be said either.
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "qkbench", "gate", str(smoke_sweep[0])],
+                              stdout=full, stderr=full, timeout=120)
+    assert done.returncode == 2
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_sweep_whose_standard_error_is_refused_runs_to_the_end(tmp_path):
+    # Its progress lines have no reader (a log pipe gone): the run is not ended by that.
+    import sys
+
+    out = tmp_path / "run.json"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "qkbench", "sweep", "--protocol", "smoke",
+                               "--device", "cpu", "--tokens", "1", "--samples", "5",
+                               "--warmup", "1", "--isolation", "inprocess", "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=full, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout
+    assert archives.read(out)["status"] == "complete"
+    assert "split -> fused: dropped" in done.stdout
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
