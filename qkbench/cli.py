@@ -451,9 +451,9 @@ def report_cmd(
              "formats print beside their tables)")] = "rich",
     wide: Annotated[bool, typer.Option(
         "--wide",
-        help="rich: every column of the per-cell table (kept, median delta, width and its "
+        help="rich: every column of the per-cell table (kept, median delta, the width's "
              "median, copy, share of copy bandwidth), not only geometry, T, times, delta, "
-             "interval and verdict")] = False,
+             "interval, width and verdict")] = False,
     plot: Annotated[Path | None, typer.Option(
         help="also write PNGs into this directory: per comparison, delta, per-call time "
              "and bandwidth against T, named after the archive, same names replaced "

@@ -144,7 +144,7 @@ def tables(archive: dict) -> list[Table]:
                        "width median", "verdict", "copy us", "floor us",
                        *(f"{comp[role]} share of copy BW"
                          for role in ("baseline", "candidate"))],
-                      compact=[0, 1, 3, 4, 5, 7, 10], keys=2, wrap={7, 9, 10, 13, 14})
+                      compact=[0, 1, 3, 4, 5, 7, 8, 10], keys=2, wrap={7, 9, 10, 13, 14})
         for c in comp["cases"]:
             e, t = c["effect"], c.get("time_us", {})
             # Each route's rate on its own bytes (the split route moves more than fused).
@@ -458,7 +458,7 @@ def lines(archive: dict) -> dict[str, list[str]]:
 
 def as_rich(archive: dict, wide: bool = False) -> Group:
     """The report for a terminal: the compact per-cell columns (geometry, T, times, delta,
-    interval, verdict), or every column when ``wide``; never a cut name or number."""
+    interval, width, verdict), or every column when ``wide``; never a cut name or number."""
     said = lines(archive)
     parts = [Text(line) for line in said["header"]]
     for table in tables(archive):

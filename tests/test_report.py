@@ -57,10 +57,11 @@ def test_tables_keep_every_geometry_name_and_number_whole(h200, width, wide):
     assert cell_values(h200, wide) <= words
 
 
-def test_the_compact_table_fits_100_columns_with_its_seven_columns(h200):
+def test_the_compact_table_fits_100_columns_with_its_eight_columns(h200):
+    # The width beside the interval: the verdict is read from the two.
     (cells, *_) = report.tables(h200)
     assert [cells.headers[i] for i in cells.compact] == [
-        "geometry", "T", "split us", "fused us", "delta", cells.headers[7], "verdict"]
+        "geometry", "T", "split us", "fused us", "delta", cells.headers[7], "width", "verdict"]
     lines = render(h200, 100, wide=False).splitlines()
     header = next(line for line in lines if line.lstrip().startswith("geometry"))
     assert "split us" in header and "96.88% interval" in header
