@@ -434,7 +434,8 @@ def test_an_exception_in_an_in_process_pass_fails_that_pass_only(raised_in_proce
     assert raised_in_process["status"] == "complete"
     assert [(p["index"], p["status"]) for p in raised_in_process["passes"]] == [
         (0, "ok"), (1, "failed"), *((i, "ok") for i in range(2, 7))]
-    assert any(line.startswith("pass 1 failed") and "planted failure in pass 1" in line
+    assert any(line.startswith("pass 2 (archive index 1) failed")
+               and "planted failure in pass 1" in line
                for line in report.failures(raised_in_process))
 
 
