@@ -87,10 +87,14 @@ def encode(archive: dict, compressed: bool) -> bytes:
 
 
 def decode(data: bytes) -> object:
-    """An archive file's JSON, gzip-compressed or not (told apart by the magic bytes)."""
+    """An archive file's JSON, gzip-compressed or not (told apart by the magic bytes); a
+    ValueError where it is not JSON, nesting past the parser's depth included."""
     if data[:2] == GZIP_MAGIC:
         data = gzip.decompress(data)
-    return json.loads(data)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def prepare_folder(path: Path) -> None:
@@ -198,8 +202,6 @@ def read(path: Path) -> dict:
         raise ArchiveError(f"{path}: no such archive") from None
     except (OSError, EOFError, zlib.error, ValueError) as e:  # ValueError: JSON, Unicode
         raise ArchiveError(f"{path}: cannot be read as JSON ({e})") from None
-    except RecursionError:
-        raise ArchiveError(f"{path}: cannot be read as JSON (nested too deeply)") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ArchiveError(f"{path}: not a qkbench run archive")
     version = data.get("schema_version")

@@ -122,6 +122,6 @@ def write(path: Path, table: dict) -> None:
 def _is_table(path: Path) -> bool:
     try:
         data = decode(path.read_bytes())
-    except (OSError, EOFError, zlib.error, ValueError, RecursionError):  # ValueError: JSON, Unicode
+    except (OSError, EOFError, zlib.error, ValueError):  # ValueError: JSON, Unicode
         return False
     return isinstance(data, dict) and data.get("kind") == KIND

@@ -363,7 +363,7 @@ def _check_values(p: Protocol, src: str) -> None:
     named = [(f"geometry[{i}]", g.name) for i, g in enumerate(p.geometries)]
     named += [(f"band[{i}]", b.name) for i, b in enumerate(p.bands)]
     for where, name in named:
-        if not name.strip() or name != name.strip() or not name.isprintable():
+        if not name or name != name.strip() or not name.isprintable():
             # A space at an end would make --geometry "g" and the cell's name differ unseen.
             raise ProtocolError(f"{src}: '{where}.name' must be printable text, not blank and "
                                 f"without spaces at its ends (it names cells in reports and "

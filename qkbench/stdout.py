@@ -17,46 +17,53 @@ class OutputError(QkbenchError):
     """Standard output refused a write."""
 
 
-class Stdout:
-    """A text stream over the current ``sys.stdout`` (what rich's Console and the CSV writer
-    write to)."""
+class _Current:
+    """A text stream over whatever ``sys.<name>`` is when written."""
 
-    def write(self, text: str) -> int:
-        return _guarded(lambda: sys.stdout.write(text))
+    name = ""
 
-    def flush(self) -> None:
-        _guarded(sys.stdout.flush)
+    @property
+    def stream(self):
+        return getattr(sys, self.name)
 
     def isatty(self) -> bool:
-        return sys.stdout.isatty()
+        return self.stream.isatty()
 
     @property
     def encoding(self) -> str:
-        return getattr(sys.stdout, "encoding", None) or "utf-8"
+        return getattr(self.stream, "encoding", None) or "utf-8"
 
 
-class Stderr:
-    """A text stream over the current ``sys.stderr`` that drops what it refuses."""
+class Stdout(_Current):
+    """Standard output (what rich's Console and the CSV writer write to); a refused write
+    raises ``OutputError``."""
+
+    name = "stdout"
+
+    def write(self, text: str) -> int:
+        return _guarded(lambda: self.stream.write(text))
+
+    def flush(self) -> None:
+        _guarded(self.stream.flush)
+
+
+class Stderr(_Current):
+    """Standard error; a refused write is dropped, with the rest of its output."""
+
+    name = "stderr"
 
     def write(self, text: str) -> int:
         try:
-            return sys.stderr.write(text)
+            return self.stream.write(text)
         except OSError:
-            _discard_the_rest(sys.stderr)
+            _discard_the_rest(self.stream)
             return len(text)
 
     def flush(self) -> None:
         try:
-            sys.stderr.flush()
+            self.stream.flush()
         except OSError:
-            _discard_the_rest(sys.stderr)
-
-    def isatty(self) -> bool:
-        return sys.stderr.isatty()
-
-    @property
-    def encoding(self) -> str:
-        return getattr(sys.stderr, "encoding", None) or "utf-8"
+            _discard_the_rest(self.stream)
 
 
 def _guarded(call):
