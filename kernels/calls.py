@@ -12,8 +12,9 @@ import torch
 from torch.autograd.graph import increment_version
 
 from . import launch
-from .checks import check_apart, check_flag, check_no_grad, check_position_range, interpreting
+from .checks import RopeCall, check_flag, check_no_grad, check_position_range, interpreting
 from .launch import KernelLaunch
+from .overlap import Footprint
 
 # The call tuple: where each tensor of a call sits, for KernelLaunch.slots.
 SLOTS = ("q", "k", "q_out", "k_out", "q_weight", "k_weight", "cos_sin_cache", "positions")
@@ -38,6 +39,13 @@ def mark_written(*named: tuple[str, torch.Tensor]) -> None:
     increment_version([x for _, x in named])
 
 
+def written(inplace: bool, tensors: Sequence) -> tuple[tuple[int, int | None], ...]:
+    """The slots a call writes, each with the one slot it may be (``Footprint``)."""
+    if inplace:
+        return (Q, None), (K, None)
+    return tuple((out, may_be) for out, may_be in OUTPUTS if tensors[out] is not None)
+
+
 @dataclass(frozen=True)
 class Resolved:
     """A validated call of one shape: its launches and what the per-call work needs."""
@@ -45,14 +53,21 @@ class Resolved:
     launches: tuple[KernelLaunch, ...]
     inplace: bool
     max_pos: int
-    position_axes: tuple[int, ...] | None = None  # ``RopeCall.position_axes``
+    position_axes: tuple[int, ...] | None  # ``RopeCall.position_axes``
+    footprint: Footprint
+
+    @classmethod
+    def of(cls, launches: tuple[KernelLaunch, ...], call: RopeCall, inplace: bool,
+           tensors: Sequence) -> "Resolved":
+        """The entry of a call validated as ``call`` on ``tensors``."""
+        return cls(launches, bool(inplace), call.max_pos, call.position_axes,
+                   Footprint(tensors, written(bool(inplace), tensors)))
 
     def run(self, tensors: Sequence, check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Launch on a call's tensors (in ``SLOTS`` order), its outputs made where needed."""
         q, k, q_out, k_out, q_weight, k_weight, cos_sin_cache, positions = tensors
         check_no_grad(SLOTS, tensors)
-        if q is k or q_out is not None or k_out is not None:
-            check_apart(SLOTS, tensors, OUTPUTS)
+        self.footprint.check(SLOTS, tensors)
         if check_positions:
             check_position_range(positions, self.max_pos, self.position_axes)
         if self.inplace:

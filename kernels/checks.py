@@ -247,25 +247,6 @@ def check_flag(name: str, value: object) -> bool:
     raise TypeError(f"{name} must be a bool, got {kind.__name__}")
 
 
-def check_apart(names: Sequence[str], tensors: Sequence, outputs: Sequence[tuple[int, int]]
-                ) -> None:
-    """Refuse a call whose first two tensors (q and k) are one tensor, or in which an output
-    (``outputs``: its index and that of the one input it may be) is another of the call's
-    tensors: a route would then read what it has already written. Compares identity, so
-    it costs little per call; views of overlapping memory are not detected."""
-    if tensors[0] is tensors[1]:
-        raise ValueError(f"{names[0]} and {names[1]} are the same tensor; each needs its own "
-                         "memory")
-    for out, may_be in outputs:
-        x = tensors[out]
-        if x is not None:
-            for i, other in enumerate(tensors):
-                if other is x and i != out and i != may_be:
-                    raise ValueError(f"{names[out]} is {names[i]}: an output must not be "
-                                     f"another argument (only {names[may_be]} may be given "
-                                     f"as {names[out]})")
-
-
 def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
     """The rotary width the kernels can take for ``head_dim=D`` (``None`` means all of it)."""
     given = rotary_dim is not None

@@ -263,6 +263,6 @@ def qk_norm_rope(
         plans, variant = fused_tiles(T, HQ, call.k.shape[1], D, call.rotary_dim, q.device,
                                      q.element_size(), use_pdl)
         launches = nonempty(fused_launch(call, norm_eps, offset, variant, plans))
-        return calls.Resolved(launches, bool(inplace), call.max_pos, call.position_axes)
+        return calls.Resolved.of(launches, call, inplace, tensors)
 
     return calls.call("fused", tensors, options, build, check_positions)

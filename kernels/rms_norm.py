@@ -16,6 +16,7 @@ from .checks import (
     out_rows,
 )
 from .launch import KernelLaunch, nonempty
+from .overlap import Footprint
 from .plan import TilePlan, min_programs, next_pow2, plan_tiles
 from .tiles import (
     COMPILE_OPTIONS,
@@ -26,6 +27,9 @@ from .tiles import (
     tile_coords,
     token_head_base,
 )
+
+# The call's tensors, as its cache key and its checks take them.
+NAMES = ("x", "weight", "out")
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -81,7 +85,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
     (``out=x`` normalises in place) or a new tensor, and returns it.
     """
 
-    def build() -> tuple[KernelLaunch, ...]:
+    tensors = (x, weight, out)
+
+    def build() -> tuple[tuple[KernelLaunch, ...], Footprint]:
         rows = as_rows("x", x)
         check_launchable("x", x)
         check_weight("weight", weight, x.shape[-1], x.device, "x")
@@ -90,11 +96,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
         y = out_rows("out", torch.empty_like(x) if out is None else out, x, "x")
         T, H, D = rows.shape
         plan = norm_plan(T, H, D, x.device, x.element_size())
-        return nonempty(norm_launch(rows, y, norm_eps, weight_mode == "offset", (0, 1, 2),
-                                    plan))
+        launches = nonempty(norm_launch(rows, y, norm_eps, weight_mode == "offset", (0, 1, 2),
+                                        plan))
+        return launches, Footprint(tensors, () if out is None else ((2, 0),))
 
-    launches = calls.resolve("rms_norm", (x, weight, out), (eps, weight_mode), build)
-    check_no_grad(("x", "weight", "out"), (x, weight, out))
+    launches, footprint = calls.resolve("rms_norm", tensors, (eps, weight_mode), build)
+    check_no_grad(NAMES, tensors)
+    footprint.check(NAMES, tensors)
     if out is None:
         out = torch.empty_like(x)
     else:

@@ -134,10 +134,9 @@ def rope(
     of a row and sines in the second. ``style="neox"`` pairs channel ``i`` with
     ``i + rotary_dim / 2``, ``"gptj"`` pairs ``2i`` with ``2i + 1``. Rotates in fp32 and
     rounds to the storage dtype. Returns ``(q_out, k_out)``: ``q, k`` themselves when
-    ``inplace``. q and k must be distinct tensors, and an output must not be another of
-    the call's tensors (but ``q_out`` may be ``q`` and ``k_out`` may be ``k``): such a call
-    raises. Distinct views of overlapping memory are not detected; the result is then
-    undefined.
+    ``inplace``. A tensor the call writes must share no memory with another of its tensors
+    (but ``q_out`` may be ``q``, element for element, and ``k_out`` ``k``): such a call
+    raises (``overlap.Footprint``).
 
     Positions are not checked by default, so that a call never waits for the device: a
     position outside ``[0, max_pos)`` (negative, past the table, any int64) reads nothing
@@ -160,6 +159,6 @@ def rope(
                                         bool(inplace), (calls.Q, calls.K, calls.Q_OUT,
                                                         calls.K_OUT, calls.CACHE,
                                                         calls.POSITIONS), plans))
-        return calls.Resolved(launches, bool(inplace), call.max_pos, call.position_axes)
+        return calls.Resolved.of(launches, call, inplace, tensors)
 
     return calls.call("rope", tensors, options, build, check_positions)

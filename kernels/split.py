@@ -47,7 +47,7 @@ def qk_norm_rope_split(
                         (calls.Q_OUT, calls.K_OUT, calls.Q_OUT, calls.K_OUT, calls.CACHE,
                          calls.POSITIONS), (plans[2], plans[3])),
         )
-        return calls.Resolved(launches, bool(inplace), call.max_pos, call.position_axes)
+        return calls.Resolved.of(launches, call, inplace, tensors)
 
     return calls.call("split", tensors, options, build, check_positions)
 

@@ -109,6 +109,21 @@ BAD = [
     ("outputs-swapped", lambda i: _apart(i, q_out="k", k_out="q"), ValueError, r"q_out is k"),
     ("one-output-twice", lambda i: _apart(i, q_out="out", k_out="out"), ValueError,
      r"q_out is k_out"),
+    # Views that share memory without being one another: a route would read what it wrote.
+    ("k-inside-q", lambda i: {"k": i.q[:, 2:]}, ValueError,
+     r"^q shares memory with k and is written, so the result would depend on the order"),
+    ("q-out-inside-k", lambda i: _in_one_buffer(i, q_out=slice(4, 8)), ValueError,
+     r"^q_out shares memory with k and is written"),
+    ("q-out-a-token-past-q", lambda i: _in_one_buffer(i, q_out=slice(0, 4), shift=1),
+     ValueError, r"^q_out shares memory with q but is not q element for element; pass q "
+                 r"itself as q_out, or memory apart from it$"),
+    ("q-out-overlapping-k-out", lambda i: _in_one_buffer(i, q_out=slice(6, 10),
+                                                          k_out=slice(8, 10)),
+     ValueError, r"^q_out shares memory with k_out"),
+    ("weight-inside-q", lambda i: {"k_weight": i.q[1, 2]}, ValueError,
+     r"^q shares memory with k_weight"),
+    ("table-inside-q", lambda i: {"cos_sin_cache": i.q.view(-1, i.q.shape[-1])}, ValueError,
+     r"^q shares memory with cos_sin_cache"),
     ("in-place-expanded", lambda i: {"q": i.q[:1].expand(5, -1, -1)}, ValueError,
      r"q is written but repeats its memory along tokens \(stride 0"),
     ("output-expanded", lambda i: {"inplace": False, "k_out": i.k[:, :1].expand(-1, 2, -1)},
@@ -146,6 +161,17 @@ def _apart(inputs, **outputs: str) -> dict:
     tensors = {"q": inputs.q.clone(), "k": inputs.q.clone(), "out": torch.empty_like(inputs.q)}
     return {"q": tensors["q"], "k": tensors["k"], "inplace": False,
             **{name: tensors[what] for name, what in outputs.items()}}
+
+
+def _in_one_buffer(inputs, shift: int = 0, **outputs: slice) -> dict:
+    """Out of place, q and k packed as heads 0-3 and 4-5 of one buffer of 12 heads, each
+    output the heads ``outputs`` names of that buffer, ``shift`` tokens on."""
+    buf = torch.zeros(6, 12, inputs.q.shape[-1], dtype=inputs.q.dtype, device=inputs.q.device)
+    q, k = buf[:5, :4], buf[:5, 4:6]
+    q.copy_(inputs.q)
+    k.copy_(inputs.k)
+    return {"q": q, "k": k, "inplace": False,
+            **{name: buf[shift:shift + 5, heads] for name, heads in outputs.items()}}
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")

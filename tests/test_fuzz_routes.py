@@ -115,14 +115,17 @@ def test_a_spent_budget_starts_no_case(fuzz, capsys):
 def test_every_drawn_call_passes_the_ops_validation(fuzz):
     """The validation of both routes, without their kernels, on many more seeds than a run
     covers: no drawn call is one the op refuses."""
-    from qkbench.kernels.calls import OUTPUTS, SLOTS, check_apart
+    from qkbench.kernels.calls import SLOTS, written
     from qkbench.kernels.checks import check_qk_norm_rope
+    from qkbench.kernels.overlap import Footprint
 
     for seed in range(2000):
         case = fuzz.draw(seed)
         i, _ = fuzz.make_inputs(case)
         q_out, k_out, _ = fuzz.outputs(case, i.q, i.k)
+        options = fuzz.options(case)
         check_qk_norm_rope(i.q, i.k, i.q_weight, i.k_weight, i.positions, i.cos_sin_cache,
-                           q_out=q_out, k_out=k_out, **fuzz.options(case))
-        check_apart(SLOTS, (i.q, i.k, q_out, k_out, i.q_weight, i.k_weight, i.cos_sin_cache,
-                            i.positions), OUTPUTS)
+                           q_out=q_out, k_out=k_out, **options)
+        tensors = (i.q, i.k, q_out, k_out, i.q_weight, i.k_weight, i.cos_sin_cache,
+                   i.positions)
+        Footprint(tensors, written(options["inplace"], tensors)).check(SLOTS, tensors)
