@@ -253,13 +253,6 @@ def check_rotary_dim(rotary_dim: object, D: int, style: str) -> int:
     rotary_dim = check_int("rotary_dim", rotary_dim) if given else D
     if rotary_dim % 2 or not 2 <= rotary_dim <= D:
         raise ValueError(f"rotary_dim ({rotary_dim}) must be even and in [2, head_dim={D}]")
-    if rotary_dim & (rotary_dim - 1):
-        what = (f"rotary_dim ({rotary_dim})" if given else
-                f"rotary_dim, left to default to head_dim ({D}),")
-        raise ValueError(
-            f"{what} must be a power of two: the kernels rebuild the norm's pairwise "
-            "reduction from power-of-two pieces of the row"
-        )
     if style == "gptj" and rotary_dim < 4:
         raise ValueError(f"rotary_dim ({rotary_dim}) must be >= 4 for gptj pairs")
     return rotary_dim

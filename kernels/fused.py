@@ -5,7 +5,8 @@ of their own. The norm's sum of squares runs the pairwise tree ``rms_norm`` runs
 whole row: with full rotary it is rebuilt from the pair tiles; with partial rotary the row
 is also loaded whole (its rotary span a second time, from L1) and summed in that very
 tree (``plan.Settings.whole_pass_tile``; off, the tree is rebuilt from the pair tiles and a
-pass-through tile). So the result is bit-identical to the split route
+pass-through tile). A rotary half that is not a power of two takes whole-row tiles only
+(``_fused_row_tile``). So the result is bit-identical to the split route
 (``split.qk_norm_rope_split``).
 """
 
@@ -18,7 +19,7 @@ import triton.language as tl
 from . import calls, plan
 from .checks import RopeCall, check_flag, check_qk_norm_rope
 from .launch import KernelLaunch, nonempty
-from .plan import TilePlan, next_pow2, plan_pair, qk_grid
+from .plan import TilePlan, next_pow2, pair_width, plan_pair, qk_grid
 from .tiles import (
     COMPILE_OPTIONS,
     cos_sin,
@@ -63,7 +64,8 @@ def _fused_tile(
     # 2026-12-04-kernel-ir-load-order.txt), and each way tried of forcing them earlier was
     # slower (docs/kernel-notes.md: volatile loads in a fixed order, the table early).
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
+                          stride_pos_axis, stride_pos_t, tl.arange(0, R2), None, R2, False,
+                          MROPE, BH)  # [BT, BH|1, R2]
     i1, i2 = pair_offsets(R2, NEOX)
     w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
     w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
@@ -74,7 +76,7 @@ def _fused_tile(
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
-    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+    x1, x2 = load_pairs(x_row, mask, R2, R2, NEOX, BT, BH)  # [BT, BH, R2] each
     if R < D:
         # [BT, BH, DB]: the whole row, or only its pass-through channels (zero elsewhere).
         d = tl.arange(0, DB)[None, None, :]
@@ -100,9 +102,65 @@ def _fused_tile(
     y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
     y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
     o1, o2 = rotate(y1, y2, c, s, valid)
-    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
+    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, R2, NEOX, BT, BH)
     if R < D:
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
+
+
+@triton.jit
+def _fused_row_tile(
+    x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
+    T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
+    stride_cs, stride_pos_axis, stride_pos_t,
+    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
+    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr,
+):
+    """``_fused_tile`` for a rotary half ``R2`` that is not a power of two, on whole-row
+    tiles only: each channel's rotary partner is loaded again (from L1) and normalised as
+    itself, so that no tile of another width (the pairs' padded one) meets the rows, and
+    the sum of squares is ``rms_norm``'s tree over the row. Each output channel is the very
+    arithmetic ``rotate`` does for it: ``x1 * c - x2 * s`` for a pair's first member,
+    ``x2 * c + x1 * s`` for its second."""
+    R: tl.constexpr = 2 * R2
+    dtype = o_ptr.dtype.element_ty
+    t, h = tile_coords(token_block, head_block, BT, BH)
+    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
+    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
+    if PDL == 2:
+        tl.extra.cuda.gdc_wait()
+    j = tl.arange(0, DB)
+    rotary = j < R
+    if NEOX:
+        second = (j >= R2) & rotary
+        pair = tl.where(second, j - R2, j)
+        partner = tl.where(second, j - R2, j + R2)
+    else:
+        second = (j % 2) == 1
+        pair = j // 2
+        partner = j ^ 1
+    partner = tl.where(rotary, partner, j)
+    c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+                          stride_pos_axis, stride_pos_t, pair, rotary, R2, True, MROPE,
+                          BH)  # [BT, BH|1, DB]
+    w = norm_weight(w_ptr, j, j < D, OFFSET)
+    w_partner = norm_weight(w_ptr, partner, rotary, OFFSET)
+    if PDL == 1:
+        tl.extra.cuda.gdc_wait()
+    d = j[None, None, :]
+    row_mask = mask & (d < D)
+    x = tl.load(x_row + d, mask=row_mask, other=0.0).to(tl.float32)
+    x_partner = tl.load(x_row + partner[None, None, :], mask=mask & rotary[None, None, :],
+                        other=0.0).to(tl.float32)
+    if PDL == 1:
+        tl.extra.cuda.gdc_launch_dependents()
+    rstd = inv_rms(tl.reshape(pairwise_sum(x * x, DB, 1, BT, BH), (BT, BH)), D, eps)
+    y = normalize(x, rstd, w, dtype)
+    y_partner = normalize(x_partner, rstd, w_partner, dtype).to(tl.float32)
+    yf = y.to(tl.float32)
+    turned = tl.where(second[None, None, :], yf * c + y_partner * s, yf * c - y_partner * s)
+    turned = tl.where(valid, turned, float("nan")).to(dtype)
+    tl.store(o_row + d, tl.where(rotary[None, None, :], turned, y), mask=row_mask)
 
 
 @triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs",
@@ -114,15 +172,26 @@ def qk_norm_rope_kernel(
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
     q_programs, q_head_blocks: tl.constexpr, k_head_blocks: tl.constexpr, prefetch_ahead,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
+    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, R2B: tl.constexpr,
+    NEOX: tl.constexpr, OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
+    WHOLE: tl.constexpr, BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr, PREFETCH_PERIOD: tl.constexpr,
     PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     is_q, tb, hb = qk_tile(pid, q_programs, QC, KC, q_head_blocks, k_head_blocks)
-    if is_q:
+    if R2B != R2:  # a rotary half that is not a power of two: whole-row tiles
+        if is_q:
+            _fused_row_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
+                            T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
+                            stride_cs, stride_pos_axis, stride_pos_t,
+                            D, DB, R2, NEOX, OFFSET, MROPE, PDL, BTQ, BHQ)
+        else:
+            _fused_row_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
+                            T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
+                            stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
+                            D, DB, R2, NEOX, OFFSET, MROPE, PDL, BTK, BHK)
+    elif is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
@@ -139,7 +208,7 @@ def qk_norm_rope_kernel(
         # after their reduction (where ptxas issues the table's loads).
         if pid % PREFETCH_PERIOD == 0:
             prefetch_table(cs_ptr, pos_ptr, pid // PREFETCH_PERIOD + prefetch_ahead, T,
-                           max_pos, stride_cs, stride_pos_t, R2, PREFETCH_TOKENS,
+                           max_pos, stride_cs, stride_pos_t, R2, R2B, PREFETCH_TOKENS,
                            PREFETCH_ASM)
 
 
@@ -161,7 +230,11 @@ def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
     ``plan.few_programs`` says so; past the L2, k tiles of few tokens (``Settings``)."""
     s = plan.SETTINGS
     partial = rotary_dim < head_dim
-    width = rotary_dim + next_pow2(head_dim) * partial
+    # A rotary half that is not a power of two runs whole rows and their partners
+    # (``_fused_row_tile``), and takes partial rotary's program size.
+    rows_only = pair_width(rotary_dim) != rotary_dim
+    width = 2 * next_pow2(head_dim) if rows_only else rotary_dim + next_pow2(head_dim) * partial
+    partial = partial or rows_only
     rows = tokens * (heads_q + heads_k) * head_dim * element_size
     k_ratio = s.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
 
@@ -214,7 +287,8 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
          qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks, ahead,
-         D, next_pow2(D), call.rotary_dim // 2, call.neox, offset, call.axis_map is not None,
+         D, next_pow2(D), call.rotary_dim // 2, pair_width(call.rotary_dim) // 2, call.neox,
+         offset, call.axis_map is not None,
          pdl_variant, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
          # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.

@@ -206,6 +206,11 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+def pair_width(rotary_dim: int) -> int:
+    """The channels a row's rotary pair tiles span: each half padded to a power of two."""
+    return 2 * next_pow2(rotary_dim // 2)
+
+
 def _head_block(heads: int, cap: int, padding: float) -> int:
     bh = min(next_pow2(heads), cap)
     while bh > 1 and -(-heads // bh) * bh > heads * padding:

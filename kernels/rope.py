@@ -9,7 +9,7 @@ import triton.language as tl
 from . import calls, plan
 from .checks import RopeCall, check_rope
 from .launch import KernelLaunch, nonempty
-from .plan import TilePlan, next_pow2, plan_pair, qk_grid
+from .plan import TilePlan, next_pow2, pair_width, plan_pair, qk_grid
 from .tiles import (
     COMPILE_OPTIONS,
     cos_sin,
@@ -27,20 +27,22 @@ def _rope_tile(
     x_ptr, o_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
     T, H, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+    D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, R2B: tl.constexpr,
+    NEOX: tl.constexpr, MROPE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
 ):
     t, h = tile_coords(token_block, head_block, BT, BH)
     x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
     o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
     # The table rows first in the source, as they wait on a dependent load of the
     # positions (ptxas orders the loads as it sees fit).
+    i = tl.arange(0, R2B)
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, R2, MROPE, BH)  # [BT, BH|1, R2]
-    x1, x2 = load_pairs(x_row, mask, R2, NEOX, BT, BH)  # [BT, BH, R2] each
+                          stride_pos_axis, stride_pos_t, i, i < R2, R2, R2B != R2, MROPE,
+                          BH)  # [BT, BH|1, R2B]
+    x1, x2 = load_pairs(x_row, mask, R2, R2B, NEOX, BT, BH)  # [BT, BH, R2B] each
     o1, o2 = rotate(x1, x2, c, s, valid)
     dtype = o_ptr.dtype.element_ty
-    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, NEOX, BT, BH)
+    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, R2B, NEOX, BT, BH)
     if PB > 0:
         # Out of place, the channels past rotary_dim travel unrotated.
         d = (2 * R2 + tl.arange(0, PB))[None, None, :]
@@ -56,8 +58,8 @@ def rope_kernel(
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cs, stride_pos_axis, stride_pos_t,
     q_programs, q_head_blocks: tl.constexpr, k_head_blocks: tl.constexpr,
-    D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    MROPE: tl.constexpr,
+    D: tl.constexpr, PB: tl.constexpr, R2: tl.constexpr, R2B: tl.constexpr,
+    NEOX: tl.constexpr, MROPE: tl.constexpr,
     BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr,
 ):
@@ -66,12 +68,12 @@ def rope_kernel(
         _rope_tile(q_ptr, qo_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                    T, HQ, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                    stride_cs, stride_pos_axis, stride_pos_t,
-                   D, PB, R2, NEOX, MROPE, BTQ, BHQ)
+                   D, PB, R2, R2B, NEOX, MROPE, BTQ, BHQ)
     else:
         _rope_tile(k_ptr, ko_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                    T, HK, max_pos, stride_kt, stride_kh, stride_kot, stride_koh,
                    stride_cs, stride_pos_axis, stride_pos_t,
-                   D, PB, R2, NEOX, MROPE, BTK, BHK)
+                   D, PB, R2, R2B, NEOX, MROPE, BTK, BHK)
 
 
 def pass_width(head_dim: int, rotary_dim: int, inplace: bool) -> int:
@@ -82,7 +84,7 @@ def pass_width(head_dim: int, rotary_dim: int, inplace: bool) -> int:
 
 def rope_width(head_dim: int, rotary_dim: int, inplace: bool) -> int:
     """Channels a rope program holds per row: the rotary pairs and the pass-through tile."""
-    return rotary_dim + pass_width(head_dim, rotary_dim, inplace)
+    return pair_width(rotary_dim) + pass_width(head_dim, rotary_dim, inplace)
 
 
 def rope_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -112,7 +114,8 @@ def rope_launch(call: RopeCall, q: torch.Tensor, k: torch.Tensor, q_out: torch.T
          q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
          call.cos_sin_cache.stride(0), pos.stride(0), pos.stride(1),
          plan_q.programs, plan_q.head_blocks, plan_k.head_blocks,
-         D, pass_width(D, call.rotary_dim, inplace), call.rotary_dim // 2, call.neox,
+         D, pass_width(D, call.rotary_dim, inplace), call.rotary_dim // 2,
+         pair_width(call.rotary_dim) // 2, call.neox,
          call.axis_map is not None,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk),
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS},

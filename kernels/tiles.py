@@ -87,41 +87,57 @@ def pair_offsets(R2: tl.constexpr, NEOX: tl.constexpr):
 
 
 @triton.jit
-def load_pairs(base, mask, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
-               BH: tl.constexpr):
-    """The rotary pairs of each row as two ``[BT, BH, R2]`` tiles, each channel read once.
+def pair_mask(mask, R2: tl.constexpr, R2B: tl.constexpr, WIDTH: tl.constexpr):
+    """``mask`` limited to the lanes of a ``[..., WIDTH * R2B]`` pair tile that hold pairs
+    (``WIDTH`` channels a pair: 1 in a neox half, 2 in a gptj span); ``mask`` itself where
+    ``R2`` is a power of two, so that those tiles compile as they always did."""
+    if R2B != R2:
+        lane = tl.arange(0, WIDTH * R2B)[None, None, :]
+        mask = mask & (lane < WIDTH * R2)
+    return mask
+
+
+@triton.jit
+def load_pairs(base, mask, R2: tl.constexpr, R2B: tl.constexpr, NEOX: tl.constexpr,
+               BT: tl.constexpr, BH: tl.constexpr):
+    """The rotary pairs of each row as two ``[BT, BH, R2B]`` tiles, each channel read once
+    (``R2`` pairs padded to ``R2B`` lanes, zero past them).
 
     neox loads the two contiguous halves; gptj loads the rotary span once and splits its
     interleaved pairs in registers.
     """
     if NEOX:
-        i = tl.arange(0, R2)[None, None, :]
-        x1 = tl.load(base + i, mask=mask, other=0.0)
-        x2 = tl.load(base + R2 + i, mask=mask, other=0.0)
+        i = tl.arange(0, R2B)[None, None, :]
+        m = pair_mask(mask, R2, R2B, 1)
+        x1 = tl.load(base + i, mask=m, other=0.0)
+        x2 = tl.load(base + R2 + i, mask=m, other=0.0)
     else:
-        j = tl.arange(0, 2 * R2)[None, None, :]
-        x = tl.load(base + j, mask=mask, other=0.0)
-        x1, x2 = tl.split(tl.reshape(x, (BT, BH, R2, 2)))
+        j = tl.arange(0, 2 * R2B)[None, None, :]
+        x = tl.load(base + j, mask=pair_mask(mask, R2, R2B, 2), other=0.0)
+        x1, x2 = tl.split(tl.reshape(x, (BT, BH, R2B, 2)))
     return x1, x2
 
 
 @triton.jit
-def store_pairs(base, mask, o1, o2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
-                BH: tl.constexpr):
-    """Store two ``[BT, BH, R2]`` pair tiles where ``load_pairs`` read them."""
+def store_pairs(base, mask, o1, o2, R2: tl.constexpr, R2B: tl.constexpr, NEOX: tl.constexpr,
+                BT: tl.constexpr, BH: tl.constexpr):
+    """Store two ``[BT, BH, R2B]`` pair tiles where ``load_pairs`` read them."""
     if NEOX:
-        i = tl.arange(0, R2)[None, None, :]
-        tl.store(base + i, o1, mask=mask)
-        tl.store(base + R2 + i, o2, mask=mask)
+        i = tl.arange(0, R2B)[None, None, :]
+        m = pair_mask(mask, R2, R2B, 1)
+        tl.store(base + i, o1, mask=m)
+        tl.store(base + R2 + i, o2, mask=m)
     else:
-        j = tl.arange(0, 2 * R2)[None, None, :]
-        tl.store(base + j, tl.reshape(tl.join(o1, o2), (BT, BH, 2 * R2)), mask=mask)
+        j = tl.arange(0, 2 * R2B)[None, None, :]
+        tl.store(base + j, tl.reshape(tl.join(o1, o2), (BT, BH, 2 * R2B)),
+                 mask=pair_mask(mask, R2, R2B, 2))
 
 
 @triton.jit
 def pairs_sumsq(x1, x2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
                 BH: tl.constexpr):
-    """The natural-order pairwise sum of squares of the rotary span ``[0, 2 * R2)``."""
+    """The natural-order pairwise sum of squares of the rotary span ``[0, 2 * R2)`` (``R2``
+    a power of two: else the kernels sum the whole row)."""
     x1 = x1.to(tl.float32)
     x2 = x2.to(tl.float32)
     if NEOX:
@@ -135,10 +151,13 @@ def pairs_sumsq(x1, x2, R2: tl.constexpr, NEOX: tl.constexpr, BT: tl.constexpr,
 
 @triton.jit
 def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis,
-            stride_pos_t, R2: tl.constexpr, MROPE: tl.constexpr, BH: tl.constexpr):
-    """The fp32 cosine and sine tiles ``[BT, BH, R2]`` for tokens ``t`` (the same row for
-    every head), and whether each lane's position lies in ``[0, max_pos)`` (an invalid
-    lane reads nothing).
+            stride_pos_t, i, lane, R2: tl.constexpr, LANES: tl.constexpr,
+            MROPE: tl.constexpr, BH: tl.constexpr):
+    """The fp32 cosine and sine tiles ``[BT, BH, W]`` for tokens ``t`` (the same row for
+    every head) at the pair indices ``i: [W]`` (``[0, R2)``), and whether each lane's
+    position lies in ``[0, max_pos)``. An invalid lane reads nothing, nor, with ``LANES``,
+    one where ``lane: [W]`` is false (padding; without ``LANES`` it is not read, so a
+    tile of every pair compiles as it always did).
 
     Without ``MROPE`` the table is loaded straight into the row tiles' shape: every head's
     lanes read their token's row again, from L1, so the tiles need no layout conversion
@@ -147,16 +166,15 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
     With ``MROPE`` each rotary lane reads the position of its own axis (``axis_ptr`` holds
     the lane-to-axis map), once per token, and the tiles are broadcast over the heads.
     """
-    i = tl.arange(0, R2)
     t_mask = t < T
     if MROPE:
-        axis = tl.load(axis_ptr + i)
+        axis = tl.load(axis_ptr + i, mask=lane, other=0) if LANES else tl.load(axis_ptr + i)
         pos = tl.load(
             pos_ptr + axis[None, :].to(tl.int64) * stride_pos_axis
             + t[:, None].to(tl.int64) * stride_pos_t,
             mask=t_mask[:, None],
             other=0,
-        ).to(tl.int64)  # [BT, R2]
+        ).to(tl.int64)  # [BT, W]
         valid = (pos >= 0) & (pos < max_pos)
         row = cs_ptr + tl.where(valid, pos, 0) * stride_cs + i[None, :]
         m = t_mask[:, None] & valid
@@ -170,6 +188,8 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
                + i[None, None, :] + heads)
         m = (t_mask & valid)[:, None, None] & (heads == 0)
         valid = valid[:, None, None]
+    if LANES:
+        m = m & lane[None, None, :]
     c = tl.load(row, mask=m, other=0.0).to(tl.float32)
     s = tl.load(row + R2, mask=m, other=0.0).to(tl.float32)
     return c, s, valid
@@ -177,7 +197,8 @@ def cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs, stride_pos_axis
 
 @triton.jit
 def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
-                   R2: tl.constexpr, TOKENS: tl.constexpr, ASM: tl.constexpr):
+                   R2: tl.constexpr, R2B: tl.constexpr, TOKENS: tl.constexpr,
+                   ASM: tl.constexpr):
     """Ask the L2 for the table rows of tokens ``[block * TOKENS, (block + 1) * TOKENS)``
     and go on without them: an inline PTX prefetch per 128-byte line (``ASM``; without it
     only the positions are read, as under the interpreter). A token past ``T`` or a
@@ -185,13 +206,18 @@ def prefetch_table(cs_ptr, pos_ptr, block, T, max_pos, stride_cs, stride_pos_t,
     token's position, so that no layout conversion (shared memory) is needed."""
     # Elements of one 128-byte (1024-bit) line; rows are taken to start on a line.
     LINE: tl.constexpr = 1024 // cs_ptr.dtype.element_ty.primitive_bitwidth
-    LINES: tl.constexpr = max(1, 2 * R2 // LINE)
+    # Lines a padded row spans (a power of two); a row of R2 pairs ends in line LAST.
+    LINES: tl.constexpr = max(1, 2 * R2B // LINE)
+    LAST: tl.constexpr = (2 * R2 - 1) // LINE
     lane = tl.arange(0, TOKENS * LINES)
     t = block * TOKENS + lane // LINES
     m = t < T
     pos = tl.load(pos_ptr + t.to(tl.int64) * stride_pos_t, mask=m, other=0).to(tl.int64)
+    line = lane % LINES
+    if LAST < LINES - 1:
+        line = tl.minimum(line, LAST)
     address = (cs_ptr + tl.where(m & (pos >= 0) & (pos < max_pos), pos, 0) * stride_cs
-               + lane % LINES * LINE)
+               + line * LINE)
     if ASM:
         tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
                                   [address], dtype=tl.int32, is_pure=False, pack=1)

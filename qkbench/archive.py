@@ -21,6 +21,9 @@ Schema history:
     environment records numpy and scipy; ``timing.pass_timeout`` is resolved; a pass that
     did not finish may say why (``reason``, e.g. "timed out after 1800 s"). Schema 1 and 2
     archives are audited by what they have (no header digest, no signature).
+  4 (2026-12-07): the same record; its summary takes each cell's width over every pass that
+    measured it, the dropped ones too (``summary.WIDTH_OF_EVERY_PASS``). Schema 3 and
+    earlier archives are audited and reported by the kept passes' widths they were made with.
   Storage, not schema: an archive whose name ends in ``.gz`` is written gzip-compressed
   (deterministically: no name, mtime 0); readers detect gzip by its magic bytes.
   ``environment.code.dirty_paths`` (added beside ``dirty``) lists what made a tree dirty.
@@ -43,8 +46,8 @@ from pathlib import Path
 from qkbench import seal
 from qkbench.errors import ArchiveError
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 KIND = "qkbench.run"
 GZIP_MAGIC = b"\x1f\x8b"
 SUFFIX = ".json.gz"  # what a new archive is called unless its path says otherwise
@@ -240,12 +243,13 @@ def _check_shape(path: Path, data: dict) -> None:
     shape = {**_SHAPE, **(_SHAPE_3 if data["schema_version"] >= 3 else {})}
     later = [key for key in _SHAPE_3 if key not in shape and key in data]
     if later:
-        # Only a schema 3 writer makes them, so an older number beside them is an edit that
-        # would skip the header digest (one that drops them too reads as that older schema,
-        # which audit then says is checked for consistency only).
+        # Only a schema 3 or later writer makes them, so an older number beside them is an
+        # edit that would skip the header digest (one that drops them too reads as that older
+        # schema, which audit then says is checked for consistency only).
         raise ArchiveError(f"{path}: malformed archive: schema_version "
                            f"{data['schema_version']} but it has {' and '.join(later)}, "
-                           "which only schema 3 archives have (was its version edited?)")
+                           "which only schema 3 and later archives have (was its version "
+                           "edited?)")
     for key, types in shape.items():
         if not isinstance(data.get(key, ...), types):
             raise ArchiveError(f"{path}: malformed archive: '{key}' is missing or not "

@@ -174,7 +174,8 @@ def _digests(archive: dict, key: bytes | None, found: Findings) -> None:
         return
     recorded = archive.get("seal")
     if not isinstance(recorded, dict):
-        found.problems.append("seal: missing (every write of a schema 3 archive seals it)")
+        found.problems.append("seal: missing (every write of a schema 3 or later archive seals "
+                              "it)")
         found.origin = "nothing: the archive has no seal"
         return
     algorithm = recorded.get("algorithm")

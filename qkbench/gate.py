@@ -7,7 +7,7 @@ and an interval), a width, a verdict and a result:
 
 * **In one run** (``--against REF``, or an archive given alone): a cell as its run measured
   it -- the mean-log-ratio estimate of candidate / baseline - 1, the interval [best, worst]
-  of its kept deltas, the worst kept |null| as its width, the run's verdict.
+  of its kept deltas, its width (``summary.width_rule``), the run's verdict.
 * **Across two runs** (``--baseline A --candidate B``): per cell, the change of the
   candidate's effect relative to its own run's baseline route, ``(1 + e_B) / (1 + e_A) - 1``,
   which cancels drift that slows both routes of a run alike. Its interval is the

@@ -222,8 +222,12 @@ def gate(
     raise typer.Exit(outcome.exit_code)
 
 
-ONE_RUN = ("delta = candidate / baseline - 1 (mean log ratio over the balanced kept passes); "
-           "interval = [best, worst] kept delta; width = worst kept |null|")
+def one_run(archive: dict) -> str:
+    """How a run's cells are read, for the gate's table."""
+    from qkbench.summary import width_rule
+
+    return ("delta = candidate / baseline - 1 (mean log ratio over the balanced kept "
+            f"passes); interval = [best, worst] kept delta; width = {width_rule(archive)}")
 
 
 def _read(path: Path, flag: str) -> dict:
@@ -256,9 +260,9 @@ def _one_run(path: Path, expectations: list[str], tol: float, max_inconclusive: 
         picked = selection(run["protocol"])
         cells = [c for x in parsed for c in rules.expect(summary, bands, x, wrong, picked)]
         return (rules.Outcome("expectations", cells, None, max_inconclusive, notes),
-                "expectations over the run's verdicts (" + ONE_RUN + ")")
+                "expectations over the run's verdicts (" + one_run(run) + ")")
     return (rules.Outcome("regressions", rules.regressions(summary, tol, wrong), tol,
-                          max_inconclusive, notes), ONE_RUN)
+                          max_inconclusive, notes), one_run(run))
 
 
 ABSOLUTE_WARNING = ("--absolute: these are the candidate's per-call times in two runs; no null "
@@ -331,7 +335,7 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
     notes = [n for _, archive in done for n in failures(archive)]
     return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), (
         f"{ref} ({export.sha12}) as baseline and null arm, the working tree as candidate; "
-        + ONE_RUN)
+        + (one_run(done[-1][1]) if done else ""))
 
 
 def _check_out(out_dir: Path) -> None:

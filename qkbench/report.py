@@ -13,7 +13,7 @@ from rich.text import Text
 from qkbench.audit import code_lines
 from qkbench.neighbours import SMALL_TOKENS, baseline_beside
 from qkbench.protocol import cache_of, launch_state_of, selection
-from qkbench.summary import NOT_SUPPORTED, UNSTABLE, current
+from qkbench.summary import NOT_SUPPORTED, UNSTABLE, current, width_rule
 from qkbench.verify import status_word
 
 CPU_NOTE = ("Measured on the CPU: the Triton routes ran in the interpreter, so these figures "
@@ -138,7 +138,7 @@ def tables(archive: dict) -> list[Table]:
         cases = Table(f"{name}: per cell (delta = candidate / baseline - 1, the mean log ratio "
                       f"over the balanced kept passes; median = their median delta; interval "
                       f"= [best, worst] kept delta, its coverage of the median delta; width = "
-                      f"worst kept |null|, and its median)",
+                      f"{width_rule(archive)}, and its median)",
                       ["geometry", "T", "kept", f"{comp['baseline']} us",
                        f"{comp['candidate']} us", "delta", "median", cover, "width",
                        "width median", "verdict", "copy us", "floor us",
@@ -204,7 +204,7 @@ def comparison_lines(archive: dict) -> list[str]:
         lines.append(
             f"{comp['baseline']} -> {comp['candidate']}: dropped {d['dropped']} of {d['total']} "
             f"measured (pass, cell) pairs{why}, {d['replacements']} replacement attempts, "
-            f"{d['unstable']} unstable cells; instrument width worst kept "
+            f"{d['unstable']} unstable cells; instrument width ({width_rule(archive)}) "
             f"{_pct(w['worst'], False)}, median {_pct(w['median'], False)}; slot effect "
             f"(first-sampled arm vs the later ones) {_pct(slot['estimate'])}{warn}; "
             f"{comp['flagged_rows']} (pass, cell) pairs with telemetry flags; "

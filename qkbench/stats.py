@@ -64,7 +64,7 @@ class Effect:
     best: float | None
     worst: float | None
     coverage: float | None  # of [best, worst] as an interval for the median delta
-    width: float | None  # the worst kept |null|: the instrument's resolution here
+    width: float | None  # the worst |null| (``effect``): the instrument's resolution here
     width_median: float | None
     verdict: str
     unstable_orders: tuple[str, ...] = ()
@@ -87,9 +87,17 @@ def verdict(deltas: Sequence[float], width: float, complete: bool) -> str:
 
 
 def effect(nulls: Sequence[float], deltas: Sequence[float], total: int,
-           state: str | None = None, unstable_orders: Sequence[str] = ()) -> Effect:
+           state: str | None = None, unstable_orders: Sequence[str] = (),
+           measured_nulls: Sequence[float] | None = None) -> Effect:
     """Summarise one cell from the null and delta ratios of its balanced kept set: one
     kept pass for each of its ``total`` order slots.
+
+    The width is the worst ``|null|`` of ``measured_nulls`` (every pass that measured the
+    cell, the dropped ones too) where given, else of the kept set's ``nulls``. Kept passes
+    alone understate the instrument's noise wherever it strikes one arm of a pass: the
+    drop rule keeps exactly the passes where that arm was B, and replacement passes
+    measure until it was, so B's deltas carry the disturbance that the kept nulls no
+    longer show (the dropped passes still do).
 
     ``state`` names why a cell has no such set (``unstable``: a slot's retries all
     failed, named in ``unstable_orders``; ``pending``; ``unmeasured``; ``invalid route``):
@@ -101,7 +109,7 @@ def effect(nulls: Sequence[float], deltas: Sequence[float], total: int,
     if state is not None or n == 0:
         return Effect(n, total, None, None, None, None, None, None, None,
                       state or "unmeasured", tuple(unstable_orders))
-    widths = [abs(x) for x in nulls]
+    widths = [abs(x) for x in (nulls if measured_nulls is None else measured_nulls)]
     width = max(widths)
     return Effect(n, total, mean_log_ratio(deltas), median(deltas), min(deltas), max(deltas),
                   coverage(n), width, median(widths), verdict(deltas, width, True))

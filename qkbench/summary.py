@@ -7,6 +7,10 @@ Each (comparison, case) cell has one *order slot* per primary pass. A slot is fi
 the first of its attempts -- the primary pass, then replacement passes with the same arm
 order -- that the drop rule keeps. The filled slots form the balanced kept set: every arm
 order equally often, so order and slot effects cancel for all arms alike (SPEC 4).
+
+The width a verdict is read against is the worst ``|null|`` of every pass that measured the
+cell, kept or dropped (``stats.effect``); archives of schema 3 and before are summarised as
+they were made, by their kept passes' nulls alone (``WIDTH_OF_EVERY_PASS``).
 """
 
 import math
@@ -23,6 +27,15 @@ from qkbench.schedule import order_of
 KEPT, OPEN, PENDING, UNSTABLE, INVALID = "kept", "open", "pending", "unstable", "invalid"
 # A cell a route declared it does not support: no verdict, and not an error.
 NOT_SUPPORTED = "n/s"
+# The first archive schema whose widths count every measured pass, not the kept ones alone.
+WIDTH_OF_EVERY_PASS = 4
+
+
+def width_rule(archive: dict) -> str:
+    """What an archive's widths are the worst of, in words."""
+    if archive.get("schema_version", 0) >= WIDTH_OF_EVERY_PASS:
+        return "worst |null| of every measured pass, dropped ones too"
+    return "worst kept |null|"
 
 
 def slot_of(p: dict) -> int:
@@ -164,7 +177,7 @@ def _slot(slot: int, attempts: list[tuple], pair: tuple[str, str], timing: dict,
 
 
 def _cell(case, pair: tuple[str, str], attempts: dict, timing: dict, retries: int,
-          copy_gbps: float | None) -> tuple[dict, stats.Effect]:
+          copy_gbps: float | None, every_pass: bool) -> tuple[dict, stats.Effect]:
     slots, rows, used, invalid = [], [], [], []
     for slot in range(timing["passes"]):
         record, slot_rows, row, bad = _slot(slot, attempts.get((case.key, slot), []), pair,
@@ -181,7 +194,8 @@ def _cell(case, pair: tuple[str, str], attempts: dict, timing: dict, retries: in
              UNSTABLE if unstable else
              PENDING if statuses & {OPEN, PENDING} else None)
     effect = stats.effect([r["null"] for r in used], [r["delta"] for r in used],
-                          timing["passes"], state, unstable)
+                          timing["passes"], state, unstable,
+                          [r["null"] for r in rows] if every_pass else None)
     cell = {"key": case.key, "geometry": case.geometry.name, "tokens": case.tokens,
             "effect": effect.as_dict(), "slots": slots, "passes": rows,
             "invalid_passes": invalid,
@@ -198,8 +212,9 @@ def _cell(case, pair: tuple[str, str], attempts: dict, timing: dict, retries: in
 
 def _comparison(pair: tuple[str, str], cases: list, attempts: dict, timing: dict,
                 retries: int, bands: list[Band], margin: float,
-                copy_gbps: float | None) -> dict:
-    cells = [_cell(case, pair, attempts, timing, retries, copy_gbps) for case in cases]
+                copy_gbps: float | None, every_pass: bool) -> dict:
+    cells = [_cell(case, pair, attempts, timing, retries, copy_gbps, every_pass)
+             for case in cases]
     summary = [c for c, _ in cells]
     effects = {c["key"]: e for c, e in cells}
     by_geometry = defaultdict(list)
@@ -209,8 +224,11 @@ def _comparison(pair: tuple[str, str], cases: list, attempts: dict, timing: dict
     used = {(c["key"], s["used"]) for c in summary for s in c["slots"]
             if c["effect"]["estimate"] is not None}
     used_rows = [r for c in summary for r in c["passes"] if (c["key"], r["pass"]) in used]
-    kept_nulls = [abs(r["null"]) for r in used_rows]
-    width = max(kept_nulls) if kept_nulls else None
+    # The comparison's width, as its cells' are taken (of the cells with an estimate).
+    nulls = [abs(r["null"]) for r in (
+        [r for c in summary if c["effect"]["estimate"] is not None for r in c["passes"]]
+        if every_pass else used_rows)]
+    width = max(nulls) if nulls else None
     slot = stats.slot_effect([r["slot_medians"] for r in used_rows])
     return {
         "baseline": pair[0], "candidate": pair[1], "cases": summary,
@@ -223,7 +241,7 @@ def _comparison(pair: tuple[str, str], cases: list, attempts: dict, timing: dict
                   "replacements": sum(s["attempts"] - 1 for c in summary for s in c["slots"]
                                       if s["attempts"] > 1),
                   "unstable": sum(effects[k].verdict == UNSTABLE for k in effects)},
-        "width": {"worst": width, "median": median(kept_nulls) if kept_nulls else None},
+        "width": {"worst": width, "median": median(nulls) if nulls else None},
         "slot_effect": {"estimate": slot,
                         "beyond_width": None if slot is None or width is None
                         else abs(slot) > width},
@@ -241,10 +259,11 @@ def summarize(archive: dict) -> dict:
     limits = limits_summary(ok)
     cases = proto.cases()
     attempts = _attempts(passes, [c.key for c in cases])
+    every_pass = archive["schema_version"] >= WIDTH_OF_EVERY_PASS
     comparisons = [
         _comparison((proto.baseline, cand), cases, attempts, timing, retries,
                     list(proto.bands), proto.dispatch_margin,
-                    limits["copy_gbps"] if limits else None)
+                    limits["copy_gbps"] if limits else None, every_pass)
         for cand in proto.candidates]
     return {"limits": limits, "comparisons": comparisons,
             "passes": {"ok": len(ok), "failed": len(passes) - len(ok),

@@ -57,11 +57,13 @@ from qkbench.case import Inputs
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ROUTES = {"fused": "qk_norm_rope", "split": "qk_norm_rope_split"}
-# (head_dim, rotary_dim): full and partial rotary, and head dims that are no power of two.
+# (head_dim, rotary_dim): full and partial rotary, head dims that are no power of two, and
+# rotary halves that are none either (Phi-3's 96, GPT-NeoX's 24 of 96, StableLM's 20 of 80).
 HEAD_DIMS = [(2, 2), (4, 4), (8, 8), (8, 4), (16, 16), (16, 8), (16, 4), (32, 32), (32, 16),
              (64, 64), (64, 32), (64, 4), (128, 128), (128, 64), (128, 32), (256, 64),
              (256, 128), (256, 16), (48, 32), (80, 16), (96, 64), (96, 32), (6, 4), (10, 8),
-             (130, 128), (24, 16), (40, 32), (72, 64)]
+             (130, 128), (24, 16), (40, 32), (72, 64), (96, 96), (96, 24), (80, 20), (80, 80),
+             (72, 40), (6, 6), (12, 12), (20, 12), (130, 130)]
 TOKENS = [0, 1, 1, 2, 3, 5, 7, 8, 9, 13, 16, 17, 23, 31, 32, 33, 40]
 QK_LAYOUTS = ["contig", "packed", "headpad", "headmajor", "tokstride", "packed_pad"]
 # Out of place: new outputs ("none"), NaN-filled ones, one strided buffer for both, or new

@@ -30,7 +30,7 @@ from triton.compiler import compile as triton_compile
 
 from qkbench.kernels import plan
 from qkbench.kernels.fused import fused_tiles, qk_norm_rope_kernel
-from qkbench.kernels.plan import next_pow2
+from qkbench.kernels.plan import next_pow2, pair_width
 from qkbench.kernels.rms_norm import norm_plan, rms_norm_kernel
 from qkbench.kernels.rope import pass_width, rope_kernel, rope_plans
 from qkbench.kernels.tiles import COMPILE_OPTIONS
@@ -147,7 +147,8 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
                 stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **grid,
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks,
-                D=d, DB=next_pow2(d), R2=r // 2, NEOX=neox, OFFSET=offset, MROPE=mrope,
+                D=d, DB=next_pow2(d), R2=r // 2, R2B=pair_width(r) // 2, NEOX=neox,
+                OFFSET=offset, MROPE=mrope,
                 PDL=variant, WHOLE=whole,
                 BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
@@ -185,7 +186,8 @@ def rope_case(label: str, t: int, hq: int, hk: int, d: int, r: int, inplace=True
                 stride_qot=hq * d, stride_qoh=d, stride_kot=hk * d, stride_koh=d,
                 stride_cs=r, stride_pos_axis=t, stride_pos_t=1, **chunks(t, plan_q, plan_k),
                 q_head_blocks=plan_q.head_blocks, k_head_blocks=plan_k.head_blocks, D=d,
-                PB=pass_width(d, r, inplace), R2=r // 2, NEOX=True, MROPE=False,
+                PB=pass_width(d, r, inplace), R2=r // 2, R2B=pair_width(r) // 2, NEOX=True,
+                MROPE=False,
                 BTQ=plan_q.block_t, BHQ=plan_q.block_h, BTK=plan_k.block_t, BHK=plan_k.block_h)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
@@ -211,10 +213,12 @@ CASES = [
     fused_case("fused (24,4)x256/r64 T=1024 pdl", 1024, 24, 4, 256, 64, offset=True, pdl=True),
     fused_case("fused (32,8)x128 T=8 mrope", 8, 32, 8, 128, 128, mrope=True),
     fused_case("fused DiT 24x24 T=3973", 3973, 24, 24, 128, 128),
+    fused_case("fused Phi-3 (32,32)x96 T=8192", 8192, 32, 32, 96, 96),
     norm_case("rms_norm 32x128 T=8192", 8192, 32, 128),
     norm_case("rms_norm DiT 24x128 T=3973", 3973, 24, 128),
     rope_case("rope (32,8)x128 T=8192", 8192, 32, 8, 128, 128),
     rope_case("rope (16,2)x256/r64 T=8192 out of place", 8192, 16, 2, 256, 64, inplace=False),
+    rope_case("rope Phi-3 (32,32)x96 T=8192", 8192, 32, 32, 96, 96),
     *(rows_copy_case(block) for block in (512, 1024, 2048, 4096)),
 ]
 

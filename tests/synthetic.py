@@ -81,7 +81,8 @@ class SyntheticBackend(Backend):
                  noise: float = 1e-4, after_sync: float = 0.0,
                  card: dict[int, dict] | None = None, base: float = BASE_SECONDS,
                  case_effects: Sequence[float] | None = None,
-                 baseline_effects: Sequence[float] = (), seed: int = 0):
+                 baseline_effects: Sequence[float] = (), one_arm: float = 0.0,
+                 seed: int = 0):
         """``effect``: B's true time is ``base * (1 + effect)``. ``first_bias``: the arm
         sampled first in a pass is that much slower, if its label is in ``first_biased``.
         ``drift``: the clock slows linearly by that share over a sequence. ``null_bias``:
@@ -96,7 +97,9 @@ class SyntheticBackend(Backend):
         timed in each pass, in place of ``effect`` (see the module's docstring).
         ``baseline_effects``: how much slower A and A' run in the k-th comparison of each
         case, k counted modulo its length (one entry per candidate: a candidate that
-        changes how fast the baseline runs beside it)."""
+        changes how fast the baseline runs beside it). ``one_arm``: in every comparison one
+        of the three arms, drawn whatever its label (as a seeded placement would pick the
+        arm whose buffers land badly), is that much slower throughout."""
         self.seconds = {"A": base, "A'": base, "B": base * (1 + effect), **REFERENCE_SECONDS}
         self.first_bias = first_bias
         self.first_biased = frozenset(first_biased)
@@ -108,6 +111,7 @@ class SyntheticBackend(Backend):
         self.after_sync = after_sync
         self.case_effects = None if case_effects is None else list(case_effects)
         self.baseline_effects = list(baseline_effects)
+        self.one_arm = one_arm
         self.seed = seed
         self.pass_index: int | None = None
         self.calls = 0
@@ -144,6 +148,7 @@ class SyntheticBackend(Backend):
                     self.comparisons % len(self.baseline_effects)])
                 seconds_of = {**seconds_of, "A": a, "A'": a}
             self.comparisons += 1
+        struck = rng.integers(len(arms)) if self.one_arm and len(arms) == 3 else None
         seconds = []
         synced = {p + 1 for p in sync_after}
         for position, arm in enumerate(sequence):
@@ -153,6 +158,8 @@ class SyntheticBackend(Backend):
                 t *= 1 + self.first_bias
             if label == "A'":
                 t *= 1 + planted
+            if arm == struck:
+                t *= 1 + self.one_arm
             t *= 1 + self.drift * position / len(sequence)
             if position in synced:
                 t *= 1 + self.after_sync

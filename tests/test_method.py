@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from qkbench.schedule import ARMS, sample_plan
+from qkbench.summary import summarize
 
 from conftest import interpreter_only
 from synthetic import ROUTES, SyntheticBackend, synthetic_sweep, tiny_protocol
@@ -202,12 +203,51 @@ def test_retries_bound_the_replacement_passes(measure):
         assert cell["effect"]["verdict"] == "unstable"
 
 
-def test_instrument_width_is_the_worst_null_of_the_balanced_kept_set(measure):
-    comp = comparison(measure(null_bias={1: 0.05, 2: 0.005}))
+def test_instrument_width_is_the_worst_null_of_every_measured_pass(measure):
+    comp = comparison(measure(null_bias={1: 0.05, 2: 0.005}))  # pass 1 dropped, replaced
+    for cell in comp["cases"]:
+        assert cell["effect"]["width"] == pytest.approx(0.05, abs=0.0005)
+        assert cell["effect"]["verdict"] == "unresolved"
+    assert comp["width"]["worst"] == pytest.approx(0.05, abs=0.0005)
+
+
+def test_an_archive_of_schema_3_keeps_the_width_of_its_kept_passes(measure):
+    archive = measure(null_bias={1: 0.05, 2: 0.005})
+    (comp,) = summarize({**archive, "schema_version": 3})["comparisons"]
     for cell in comp["cases"]:
         assert cell["effect"]["width"] == pytest.approx(0.005, abs=0.0005)
-        assert cell["effect"]["verdict"] == "unresolved"
     assert comp["width"]["worst"] == pytest.approx(0.005, abs=0.0005)
+
+
+# One arm of every comparison struck 5 % slower, whichever it is: the drop rule keeps the
+# passes where it was B, and ten retries let nearly every slot find one.
+ONE_ARM = {"one_arm": 0.05, "noise": 1e-3, "seed": 3}
+ONE_ARM_TIMING = {"retries": 10, "tokens": [1, 2, 3, 4, 5, 6]}
+
+
+def one_arm_cells(tmp_path, effect: float = 0.0) -> list[dict]:
+    text = tiny_protocol("one-arm", tokens=ONE_ARM_TIMING["tokens"],
+                         retries=ONE_ARM_TIMING["retries"])
+    return comparison(synthetic_sweep(text, tmp_path / "run.json", effect=effect,
+                                      **ONE_ARM))["cases"]
+
+
+def test_identical_code_struck_on_one_arm_per_pass_is_never_called_slower(tmp_path):
+    cells = one_arm_cells(tmp_path)
+    judged = [c for c in cells if c["effect"]["estimate"] is not None]
+    # The trap is set: the kept passes all carry the strike on B, beyond their own nulls.
+    assert len(judged) >= 4
+    for cell in judged:
+        kept = [r for r in cell["passes"] if r["kept"] and r["pass"] in
+                {s["used"] for s in cell["slots"]}]
+        assert min(r["delta"] for r in kept) > max(abs(r["null"]) for r in kept)
+    assert [c["effect"]["verdict"] for c in cells if c["effect"]["verdict"]
+            in ("faster", "slower")] == []
+
+
+def test_a_true_gain_struck_on_one_arm_per_pass_is_never_called_slower(tmp_path):
+    verdicts = {c["effect"]["verdict"] for c in one_arm_cells(tmp_path, effect=-0.03)}
+    assert "slower" not in verdicts
 
 
 def test_delta_inside_the_instrument_width_is_unresolved(measure):

@@ -43,6 +43,12 @@ CPU_CASES = [
     case(head_dim=256, rotary_dim=64),
     case(head_dim=128, rotary_dim=32),
     case(head_dim=80, rotary_dim=16),
+    # Rotary halves that are not powers of two (whole-row tiles in the fused kernel): Phi-3's
+    # full 96, GPT-NeoX's 24 of 96, StableLM's 20 of 80.
+    case(head_dim=96),
+    case(head_dim=96, rotary_dim=24, style="gptj"),
+    case(head_dim=80, rotary_dim=20, inplace=False, weight_mode="offset"),
+    case(head_dim=96, mrope_section=(16, 16, 16), mrope_layout="interleaved"),
     case(style="gptj"),
     case(style="gptj", head_dim=256, rotary_dim=64),
     case(weight_mode="offset"),
@@ -84,6 +90,9 @@ GPU_CASES = [
     case(tokens=3973, batch=1, heads_q=24, heads_k=24, head_dim=128),
     case(tokens=2 * 4096, batch=2, heads_q=24, heads_k=24, head_dim=128, dtype="float16"),
     case(tokens=4096, head_dim=128, heads_q=32, heads_k=8, dtype="float32", style="gptj"),
+] + [
+    case(tokens=t, head_dim=d, rotary_dim=r, heads_q=32, heads_k=32)
+    for t in (1, 8192) for d, r in ((96, 96), (80, 20))
 ]
 
 ALL_CASES = [pytest.param(c, id=case_id(c)) for c in CPU_CASES] + [
@@ -147,6 +156,7 @@ TILE_CASES = [
     case(tokens=6, head_dim=128, rotary_dim=32, style="gptj"),
     case(tokens=5, mrope_section=(8, 12, 12), mrope_layout="interleaved"),
     case(tokens=4, head_dim=80, rotary_dim=16, dtype="float32", inplace=False),
+    case(tokens=7, heads_q=5, heads_k=3, head_dim=96, rotary_dim=48, inplace=False),
     # q tiles of 4 tokens, k tiles of 16 ("chunks-always": two chunks, the second past T;
     # "k-tiles-past-l2": k tiles of 8 tokens, three chunks, the last past T).
     case(tokens=21, heads_q=8, heads_k=2, head_dim=128, inplace=False),
