@@ -148,7 +148,7 @@ def tampered(run: dict, name: str) -> dict:
 
 
 def test_the_smoke_archive_is_sealed_and_audits_clean(smoke_archive):
-    assert smoke_archive["schema_version"] == 3
+    assert smoke_archive["schema_version"] == 4
     assert smoke_archive["seal"]["algorithm"] == "sha256"
     assert smoke_archive["seal"]["key_id"] is None
     found = examine(smoke_archive)
@@ -320,7 +320,7 @@ def audit_cli(path: Path, key: bytes | None, monkeypatch):
     return CliRunner().invoke(app, ["audit", str(path)])
 
 
-def test_a_schema_3_archive_relabelled_schema_2_is_refused_as_malformed(
+def test_a_sealed_archive_relabelled_schema_2_is_refused_as_malformed(
         smoke_archive, tmp_path, monkeypatch):
     # Schema 2 had no header digest: relabelling would let a header edit through unseen.
     edited = copy.deepcopy(smoke_archive)
@@ -332,7 +332,14 @@ def test_a_schema_3_archive_relabelled_schema_2_is_refused_as_malformed(
     assert result.exit_code == 1
     assert result.output.strip() == (
         f"error: {path}: malformed archive: schema_version 2 but it has resumed and seal, "
-        "which only schema 3 archives have (was its version edited?)")
+        "which only schema 3 and later archives have (was its version edited?)")
+
+
+def test_an_archive_relabelled_schema_3_for_its_kept_widths_fails_its_seal(smoke_archive):
+    # Schema 3 summaries take the width over kept passes alone, a narrower one.
+    edited = copy.deepcopy(smoke_archive)
+    edited["schema_version"] = 3
+    assert "seal: the header digest does not match" in "; ".join(examine(edited).problems)
 
 
 def test_a_sweep_with_a_key_signs_its_archive(keyed_sweep):

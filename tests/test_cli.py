@@ -157,7 +157,7 @@ def _unreadable(tmp_path, kind: str):
         return path, "not a qkbench run archive"
     if kind == "unknown-schema":
         path.write_text(json.dumps({"kind": "qkbench.run", "schema_version": 99}))
-        return path, "schema_version 99 is not supported (this qkbench reads 1, 2, 3)"
+        return path, "schema_version 99 is not supported (this qkbench reads 1, 2, 3, 4)"
     if kind == "header-only":
         path.write_text(json.dumps({"kind": "qkbench.run", "schema_version": 1}))
         return path, "malformed archive: 'status' is missing or not str"
