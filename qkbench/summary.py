@@ -8,9 +8,10 @@ the first of its attempts -- the primary pass, then replacement passes with the 
 order -- that the drop rule keeps. The filled slots form the balanced kept set: every arm
 order equally often, so order and slot effects cancel for all arms alike (SPEC 4).
 
-The width a verdict is read against is the worst ``|null|`` of every pass that measured the
-cell, kept or dropped (``stats.effect``); archives of schema 3 and before are summarised as
-they were made, by their kept passes' nulls alone (``WIDTH_OF_EVERY_PASS``).
+The width a verdict is read against is the worst disagreement of the identical arms in every
+pass that measured the cell, kept or dropped (``stats.effect``); archives of schema 3 and
+before are summarised as they were made, by their kept passes' ``|null|`` alone
+(``WIDTH_OF_EVERY_PASS``).
 """
 
 import math
@@ -34,7 +35,7 @@ WIDTH_OF_EVERY_PASS = 4
 def width_rule(archive: dict) -> str:
     """What an archive's widths are the worst of, in words."""
     if archive.get("schema_version", 0) >= WIDTH_OF_EVERY_PASS:
-        return "worst |null| of every measured pass, dropped ones too"
+        return "worst max(A, A')/min(A, A') - 1 of every measured pass, dropped ones too"
     return "worst kept |null|"
 
 
@@ -225,9 +226,9 @@ def _comparison(pair: tuple[str, str], cases: list, attempts: dict, timing: dict
             if c["effect"]["estimate"] is not None}
     used_rows = [r for c in summary for r in c["passes"] if (c["key"], r["pass"]) in used]
     # The comparison's width, as its cells' are taken (of the cells with an estimate).
-    nulls = [abs(r["null"]) for r in (
-        [r for c in summary if c["effect"]["estimate"] is not None for r in c["passes"]]
-        if every_pass else used_rows)]
+    nulls = ([stats.disagreement(r["null"]) for c in summary
+              if c["effect"]["estimate"] is not None for r in c["passes"]] if every_pass
+             else [abs(r["null"]) for r in used_rows])
     width = max(nulls) if nulls else None
     slot = stats.slot_effect([r["slot_medians"] for r in used_rows])
     return {

@@ -104,3 +104,11 @@ def test_dispatch_bound_is_the_last_width_clearing_the_margin_on_every_geometry(
 
 def test_dispatch_bound_of_no_geometry_is_none():
     assert stats.dispatch_bound({}, 10.0) == {"bound": None, "censored": False}
+
+
+def test_the_identical_arms_disagree_as_much_whichever_of_them_ran_slower():
+    a_slow = stats.null_ratio([1.05], [1.0])
+    a_again_slow = stats.null_ratio([1.0], [1.05])
+    assert abs(a_slow) < abs(a_again_slow)  # |null| alone would differ
+    assert stats.disagreement(a_slow) == pytest.approx(0.05)
+    assert stats.disagreement(a_again_slow) == pytest.approx(0.05)
