@@ -108,21 +108,6 @@ def _fused_tile(
 
 
 @triton.jit
-def _row_partners(ptr, j, mask, R2: tl.constexpr, NEOX: tl.constexpr, other):
-    """What each lane ``j`` of a row tile ``ptr + j`` reads at its rotary partner (``other``
-    past the rotary span). neox: two loads at a constant shift each (``j + R2`` for the
-    first half, ``j - R2`` for the second), so each stays contiguous and vectorised, where
-    one load at the partner's index would be a gather; gptj: the neighbour ``j ^ 1``."""
-    if NEOX:
-        first = j < R2
-        second = (j >= R2) & (j < 2 * R2)
-        up = tl.load(ptr + j + R2, mask=mask & first, other=other)
-        down = tl.load(ptr + j - R2, mask=mask & second, other=other)
-        return tl.where(first, up, down)
-    return tl.load(ptr + (j ^ 1), mask=mask & (j < 2 * R2), other=other)
-
-
-@triton.jit
 def _fused_row_tile(
     x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
     T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
@@ -148,29 +133,25 @@ def _fused_row_tile(
     rotary = j < R
     if NEOX:
         second = (j >= R2) & rotary
-        # The table's lanes as two contiguous halves, as the rows' partners are read.
-        c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                              stride_pos_axis, stride_pos_t, j, j < R2, R2, True, MROPE, BH)
-        c2, s2, valid2 = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                                 stride_pos_axis, stride_pos_t, j - R2, second, R2, True,
-                                 MROPE, BH)
-        half = second[None, None, :]
-        c, s, valid = tl.where(half, c2, c), tl.where(half, s2, s), tl.where(half, valid2, valid)
+        pair = tl.where(second, j - R2, j)
+        partner = tl.where(second, j - R2, j + R2)
     else:
         second = (j % 2) == 1
-        c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                              stride_pos_axis, stride_pos_t, j // 2, rotary, R2, True, MROPE,
-                              BH)  # [BT, BH|1, DB]
+        pair = j // 2
+        partner = j ^ 1
+    partner = tl.where(rotary, partner, j)
+    c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
+                          stride_pos_axis, stride_pos_t, pair, rotary, R2, True, MROPE,
+                          BH)  # [BT, BH|1, DB]
     w = norm_weight(w_ptr, j, j < D, OFFSET)
-    w_partner = _row_partners(w_ptr, j, j < D, R2, NEOX, 0.0).to(tl.float32)
-    if OFFSET:
-        w_partner = w_partner + 1.0
+    w_partner = norm_weight(w_ptr, partner, rotary, OFFSET)
     if PDL == 1:
         tl.extra.cuda.gdc_wait()
     d = j[None, None, :]
     row_mask = mask & (d < D)
     x = tl.load(x_row + d, mask=row_mask, other=0.0).to(tl.float32)
-    x_partner = _row_partners(x_row, d, mask, R2, NEOX, 0.0).to(tl.float32)
+    x_partner = tl.load(x_row + partner[None, None, :], mask=mask & rotary[None, None, :],
+                        other=0.0).to(tl.float32)
     if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
     rstd = inv_rms(tl.reshape(pairwise_sum(x * x, DB, 1, BT, BH), (BT, BH)), D, eps)
