@@ -48,7 +48,7 @@ SHAPE_VALUES = {
     **dict.fromkeys(("heads_q", "heads_k", "head_dim", "rotary_dim"),
                     (int, "a whole number >= 1")),
     **dict.fromkeys(("dtype", "style", "weight_mode", "mrope_layout"), (str, "a string")),
-    "mrope_section": ((list, type(None)), "a list of whole numbers >= 1 or null"),
+    "mrope_section": ((list, type(None)), "a list of whole numbers >= 0 or null"),
 }
 
 
@@ -123,7 +123,8 @@ def _entry(e: dict) -> Entry:
         v = shape[k]
         if isinstance(v, bool) or not isinstance(v, kinds) or (
                 isinstance(v, int) and v < 1) or (
-                isinstance(v, list) and not all(type(x) is int and x >= 1 for x in v)):
+                # An MRoPE axis may hold no lane (a section of 0), as the kernels take it.
+                isinstance(v, list) and not all(type(x) is int and x >= 0 for x in v)):
             raise TypeError(f"geometry {name!r}: shape {k} must be {what}, got {v!r}")
     bound = e["fused_through"]
     if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)

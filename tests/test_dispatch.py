@@ -442,10 +442,12 @@ def test_a_table_whose_geometries_are_malformed_is_refused_in_words():
                                              r"got None"),
     ({"shape": full_shape(dtype=16)}, r"shape dtype must be a string, got 16"),
     ({"shape": full_shape(mrope_section=[8, "12", 12])},
-     r"shape mrope_section must be a list of whole numbers >= 1 or null"),
+     r"shape mrope_section must be a list of whole numbers >= 0 or null"),
+    ({"shape": full_shape(mrope_section=[-1, 17, 16])},
+     r"shape mrope_section must be a list of whole numbers >= 0 or null"),
 ], ids=["bound-text", "bound-bool", "bound-negative", "censored-text", "censored-stopped",
         "misspelt-key", "empty-shape", "partial-shape", "heads-text", "rotary-null",
-        "dtype-number", "section-text"])
+        "dtype-number", "section-text", "section-negative"])
 def test_a_geometry_that_would_misroute_calls_is_refused_naming_it(change, pattern):
     entry = {"geometry": "g", "fused_through": 8, "censored": False,
              "shape": {**full_shape(), "inplace": True}, **change}
@@ -454,6 +456,14 @@ def test_a_geometry_that_would_misroute_calls_is_refused_naming_it(change, patte
     with pytest.raises(ValueError, match=r"not a dispatch table: its geometries are malformed "
                                          rf"\(\w+Error: .*geometry 'g': {pattern}"):
         DispatchTable(data)
+
+
+def test_an_mrope_section_with_an_axis_of_no_lane_loads_as_the_kernels_take_it():
+    entry = {"geometry": "vl", "fused_through": 8, "censored": False,
+             "shape": full_shape(mrope_section=[0, 16, 16])}
+    table = DispatchTable({"kind": "qkbench.dispatch", "version": 1, "baseline": "split",
+                           "candidate": "fused", "geometries": [entry]})
+    assert len(table.entries) == 1
 
 
 @pytest.mark.parametrize(("data", "pattern"), [
