@@ -30,6 +30,14 @@ def layout_of(x: torch.Tensor) -> Layout:
     return tuple(x.shape), tuple(x.stride()), x.element_size()
 
 
+def same_elements(a: Layout, b: Layout) -> bool:
+    """Whether two layouts at one address hold the same elements in the same places: their
+    shapes and element sizes equal, and the strides of every dim of more than one element
+    (a dim of one element never steps, whatever stride a view op left it)."""
+    return (a[0] == b[0] and a[2] == b[2]
+            and all(sa == sb for n, sa, sb in zip(a[0], a[1], b[1], strict=True) if n > 1))
+
+
 def extent(layout: Layout) -> int:
     """The bytes from a tensor's first element to the end of its last (0 if it is empty)."""
     shape, strides, size = layout
@@ -112,7 +120,7 @@ class Footprint:
         # (written, other, whether they may be one tensor): each pair of written ones once,
         # and none with an empty tensor (no byte to share).
         self.pairs = tuple(
-            (w, i, i == may_be and self.layouts[i] == self.layouts[w])
+            (w, i, i == may_be and same_elements(self.layouts[i], self.layouts[w]))
             for w, may_be in written if self.extents[w]
             for i, e in enumerate(self.extents)
             if e and i != w and not (i in outputs and outputs.index(i) < outputs.index(w)))

@@ -288,6 +288,12 @@ def _across(baseline: Path, candidate: Path, tol: float, max_inconclusive: int,
                         "compares them anyway)")
     if differ:
         notes.append("--allow-mismatch: compared although " + "; ".join(differ))
+    from qkbench.summary import width_rule
+
+    rules_a, rules_b = width_rule(a), width_rule(b)
+    if rules_a != rules_b:
+        notes.append(f"the runs' widths follow different rules: --baseline's is the "
+                     f"{rules_a}, --candidate's the {rules_b} (an older archive's schema)")
     if absolute:
         notes.append(ABSOLUTE_WARNING)
         measure = ("change = the candidate's per-call time in --candidate / in --baseline - 1 "

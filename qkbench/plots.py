@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from qkbench.protocol import cache_of, rebuild
-from qkbench.summary import current, used_rows, width_rule
+from qkbench.summary import current, used_rows
 
 KINDS = ("delta", "time", "bandwidth")
 VERDICTS_WITH_ESTIMATE = ("faster", "slower", "unresolved")
@@ -125,7 +125,7 @@ def _delta_figure(archive: dict, comp: dict, shapes: dict[str, str]) -> Figure:
         if banded:
             xs, ws = _steps(banded)
             ax.fill_between(xs, [-w for w in ws], ws, color="0.5", alpha=0.4, lw=0,
-                            label=f"null band (± the cell's {width_rule(archive)})")
+                            label="null band (± the cell's width)")
         ax.axhline(0, color="0.3", lw=0.8)
         # A slot is filled by its first kept attempt; a pass that measured the cell again
         # (it replaced another comparison's slot) is kept but outside the balanced set.

@@ -162,6 +162,19 @@ def test_an_archive_from_before_a_measuring_setting_is_exit_2_naming_what_it_lac
                        "0.02 in --candidate")
 
 
+def test_a_schema_3_baseline_is_compared_saying_its_width_follows_another_rule(
+        archive, tmp_path):
+    run = archives.read(archive("base"))
+    run["schema_version"] = 3
+    older = tmp_path / "schema3.json.gz"
+    archives.write(older, reseal(run))
+    result = invoke("--baseline", str(older), "--candidate", archive("same-code"))
+    assert result.exit_code == 0, result.output
+    assert ("the runs' widths follow different rules: --baseline's is the worst kept |null|, "
+            "--candidate's the worst max(A, A')/min(A, A') - 1 of every measured pass"
+            in " ".join(result.output.split()))
+
+
 def test_archives_that_differ_only_in_how_many_samples_they_took_are_compared(archive):
     result = across(archive, "base", "more-samples")
     assert result.exit_code == 0, result.output

@@ -117,3 +117,15 @@ def test_rope_alone_refuses_k_inside_q(inputs):
     q = inputs.q.clone()
     with pytest.raises(ValueError, match=r"^q shares memory with k and is written"):
         rope(q, q[:, 1:3], inputs.positions, inputs.cos_sin_cache)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
+def test_q_itself_as_q_out_is_taken_whatever_stride_a_dim_of_one_element_holds(device, route):
+    one = make_inputs(Case(Geometry("g", 4, 2, 64, packed=True), 1, max_position=64), 0,
+                      device)
+    q, k = one.q.clone(), one.k.clone()
+    q_out = q.squeeze(0).unsqueeze(0)  # the very elements of q; its token stride differs
+    assert q_out.data_ptr() == q.data_ptr() and q_out.stride() != q.stride()
+    got = one.with_qk(q, k).call(route, inplace=False, q_out=q_out)
+    expected = one.with_qk(one.q.clone(), one.k.clone()).call(route)
+    assert torch.equal(got[0].view(torch.int16), expected[0].view(torch.int16))
