@@ -5,8 +5,9 @@ per cell, every route of the run side by side.
 
 Each route's column is its time per call in us; the fused route's also its share of the
 copy bandwidth and its resolved delta against the baseline with the cell's width (by the
-rule of the archive's schema, ``summary.width_rule``). A cell whose comparison has no verdict shows the verdict instead of a time
-(the report never prints times it could not resolve). Where the comparisons timed the
+rule of the archive's schema, ``summary.width_rule``). A cell whose comparison has no
+verdict shows the verdict instead of a time (the report never prints times it could not
+resolve). Where the comparisons timed the
 launch floor beside their arms, each comparison's floor has a column of its own: a PDL
 arm changes the state its comparison runs in.
 """
