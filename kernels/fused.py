@@ -40,6 +40,22 @@ from .tiles import (
 
 
 @triton.jit
+def _tile_rows(x_ptr, o_ptr, token_block, head_block, T, H, stride_xt, stride_xh, stride_ot,
+               stride_oh, PDL: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr):
+    """A tile's tokens, its input and output row bases and its row mask; with ``PDL == 2``
+    the wait for the previous kernel first."""
+    t, h = tile_coords(token_block, head_block, BT, BH)
+    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
+    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
+    if PDL == 2:
+        # Many waves: wait before anything is loaded, so that no register is held across the
+        # wait (the table's, at PDL == 1: 95 registers instead of 64 at (32,8) x 128's large
+        # tiles), and let the next launch start as the programs exit.
+        tl.extra.cuda.gdc_wait()
+    return t, x_row, o_row, mask
+
+
+@triton.jit
 def _fused_tile(
     x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
     T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
@@ -50,14 +66,8 @@ def _fused_tile(
 ):
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
-    t, h = tile_coords(token_block, head_block, BT, BH)
-    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
-    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
-    if PDL == 2:
-        # Many waves: wait before anything is loaded, so that no register is held across the
-        # wait (the table's, at PDL == 1: 95 registers instead of 64 at (32,8) x 128's large
-        # tiles), and let the next launch start as the programs exit.
-        tl.extra.cuda.gdc_wait()
+    t, x_row, o_row, mask = _tile_rows(x_ptr, o_ptr, token_block, head_block, T, H, stride_xt,
+                                       stride_xh, stride_ot, stride_oh, PDL, BT, BH)
 
     # The table rows hang on a dependent load of the positions, so they come first here;
     # ptxas still issues their loads after the reduction (results/tuning/
@@ -124,11 +134,8 @@ def _fused_row_tile(
     ``x2 * c + x1 * s`` for its second."""
     R: tl.constexpr = 2 * R2
     dtype = o_ptr.dtype.element_ty
-    t, h = tile_coords(token_block, head_block, BT, BH)
-    x_row, mask = token_head_base(x_ptr, t, h, stride_xt, stride_xh, T, H)
-    o_row, _ = token_head_base(o_ptr, t, h, stride_ot, stride_oh, T, H)
-    if PDL == 2:
-        tl.extra.cuda.gdc_wait()
+    t, x_row, o_row, mask = _tile_rows(x_ptr, o_ptr, token_block, head_block, T, H, stride_xt,
+                                       stride_xh, stride_ot, stride_oh, PDL, BT, BH)
     j = tl.arange(0, DB)
     rotary = j < R
     if NEOX:
