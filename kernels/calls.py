@@ -60,8 +60,9 @@ class Resolved:
     def of(cls, launches: tuple[KernelLaunch, ...], call: RopeCall, inplace: bool,
            tensors: Sequence) -> "Resolved":
         """The entry of a call validated as ``call`` on ``tensors``."""
-        return cls(launches, bool(inplace), call.max_pos, call.position_axes,
-                   Footprint(tensors, written(bool(inplace), tensors)))
+        inplace = bool(inplace)
+        return cls(launches, inplace, call.max_pos, call.position_axes,
+                   Footprint(tensors, written(inplace, tensors)))
 
     def run(self, tensors: Sequence, check_positions: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Launch on a call's tensors (in ``SLOTS`` order), its outputs made where needed."""

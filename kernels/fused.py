@@ -236,12 +236,11 @@ def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
     variant 1, which keeps the larger programs; full rotary takes smaller programs where
     ``plan.few_programs`` says so; past the L2, k tiles of few tokens (``Settings``)."""
     s = plan.SETTINGS
-    partial = rotary_dim < head_dim
     # A rotary half that is not a power of two runs whole rows and their partners
     # (``_fused_row_tile``), and takes partial rotary's program size.
     rows_only = pair_width(rotary_dim) != rotary_dim
+    partial = rotary_dim < head_dim or rows_only
     width = 2 * next_pow2(head_dim) if rows_only else rotary_dim + next_pow2(head_dim) * partial
-    partial = partial or rows_only
     rows = tokens * (heads_q + heads_k) * head_dim * element_size
     k_ratio = s.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
 

@@ -28,8 +28,9 @@ from .tiles import (
     token_head_base,
 )
 
-# The call's tensors, as its cache key and its checks take them.
+# The call's tensors, as its cache key and its checks take them, and their slots.
 NAMES = ("x", "weight", "out")
+X, WEIGHT, OUT = range(len(NAMES))
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -98,7 +99,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
         plan = norm_plan(T, H, D, x.device, x.element_size())
         launches = nonempty(norm_launch(rows, y, norm_eps, weight_mode == "offset", (0, 1, 2),
                                         plan))
-        return launches, Footprint(tensors, () if out is None else ((2, 0),))
+        return launches, Footprint(tensors, () if out is None else ((OUT, X),))
 
     launches, footprint = calls.resolve("rms_norm", tensors, (eps, weight_mode), build)
     check_no_grad(NAMES, tensors)

@@ -341,7 +341,7 @@ def _against(ref: str, repo: Path, routes: list[str], protocol: str | None, dev,
     notes = [n for _, archive in done for n in failures(archive)]
     return rules.Outcome("regressions", cells, tol, max_inconclusive, notes), (
         f"{ref} ({export.sha12}) as baseline and null arm, the working tree as candidate; "
-        + (one_run(done[-1][1]) if done else ""))
+        + one_run(done[0][1]))
 
 
 def _check_out(out_dir: Path) -> None:

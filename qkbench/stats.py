@@ -31,6 +31,20 @@ def disagreement(null: float) -> float:
     return null if null >= 0 else -null / (1.0 + null)
 
 
+def width_values(kept_nulls: Sequence[float],
+                 measured_nulls: Sequence[float] | None = None) -> list[float]:
+    """What a width is the worst of: the ``disagreement`` of every pass that measured the
+    cells (``measured_nulls``, the dropped ones too) where given, else the kept passes'
+    ``|null|`` (archives of schema 3 and before). Kept passes alone understate the
+    instrument's noise wherever it strikes one arm of a pass: the drop rule keeps exactly
+    the passes where that arm was B, and replacement passes measure until it was, so B's
+    deltas carry the disturbance that the kept nulls no longer show (the dropped passes
+    still do)."""
+    if measured_nulls is None:
+        return [abs(x) for x in kept_nulls]
+    return [disagreement(x) for x in measured_nulls]
+
+
 def kept(null: float, threshold: float) -> bool:
     """The drop rule: a pass whose two identical arms disagree past the threshold is dropped."""
     return abs(null) <= threshold
@@ -71,7 +85,7 @@ class Effect:
     best: float | None
     worst: float | None
     coverage: float | None  # of [best, worst] as an interval for the median delta
-    width: float | None  # the worst |null| (``effect``): the instrument's resolution here
+    width: float | None  # the worst ``width_values``: the instrument's resolution here
     width_median: float | None
     verdict: str
     unstable_orders: tuple[str, ...] = ()
@@ -99,13 +113,7 @@ def effect(nulls: Sequence[float], deltas: Sequence[float], total: int,
     """Summarise one cell from the null and delta ratios of its balanced kept set: one
     kept pass for each of its ``total`` order slots.
 
-    The width is the worst ``disagreement`` of ``measured_nulls`` (every pass that measured
-    the cell, the dropped ones too) where given, else the worst ``|null|`` of the kept
-    set's ``nulls`` (archives of schema 3 and before). Kept passes alone understate the
-    instrument's noise wherever it strikes one arm of a pass: the drop rule keeps exactly
-    the passes where that arm was B, and replacement passes measure until it was, so B's
-    deltas carry the disturbance that the kept nulls no longer show (the dropped passes
-    still do).
+    The width is the worst of ``width_values(nulls, measured_nulls)``.
 
     ``state`` names why a cell has no such set (``unstable``: a slot's retries all
     failed, named in ``unstable_orders``; ``pending``; ``unmeasured``; ``invalid route``):
@@ -117,8 +125,7 @@ def effect(nulls: Sequence[float], deltas: Sequence[float], total: int,
     if state is not None or n == 0:
         return Effect(n, total, None, None, None, None, None, None, None,
                       state or "unmeasured", tuple(unstable_orders))
-    widths = ([abs(x) for x in nulls] if measured_nulls is None
-              else [disagreement(x) for x in measured_nulls])
+    widths = width_values(nulls, measured_nulls)
     width = max(widths)
     return Effect(n, total, mean_log_ratio(deltas), median(deltas), min(deltas), max(deltas),
                   coverage(n), width, median(widths), verdict(deltas, width, True))

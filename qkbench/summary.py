@@ -9,7 +9,7 @@ order -- that the drop rule keeps. The filled slots form the balanced kept set: 
 order equally often, so order and slot effects cancel for all arms alike (SPEC 4).
 
 The width a verdict is read against is the worst disagreement of the identical arms in every
-pass that measured the cell, kept or dropped (``stats.effect``); archives of schema 3 and
+pass that measured the cell, kept or dropped (``stats.width_values``); archives of schema 3 and
 before are summarised as they were made, by their kept passes' ``|null|`` alone
 (``WIDTH_OF_EVERY_PASS``).
 """
@@ -32,9 +32,14 @@ NOT_SUPPORTED = "n/s"
 WIDTH_OF_EVERY_PASS = 4
 
 
+def counts_every_pass(archive: dict) -> bool:
+    """Whether an archive's widths count every measured pass (``stats.width_values``)."""
+    return archive.get("schema_version", 0) >= WIDTH_OF_EVERY_PASS
+
+
 def width_rule(archive: dict) -> str:
     """What an archive's widths are the worst of, in words."""
-    if archive.get("schema_version", 0) >= WIDTH_OF_EVERY_PASS:
+    if counts_every_pass(archive):
         return "worst max(A, A')/min(A, A') - 1 of every measured pass, dropped ones too"
     return "worst kept |null|"
 
@@ -225,10 +230,11 @@ def _comparison(pair: tuple[str, str], cases: list, attempts: dict, timing: dict
     used = {(c["key"], s["used"]) for c in summary for s in c["slots"]
             if c["effect"]["estimate"] is not None}
     used_rows = [r for c in summary for r in c["passes"] if (c["key"], r["pass"]) in used]
-    # The comparison's width, as its cells' are taken (of the cells with an estimate).
-    nulls = ([stats.disagreement(r["null"]) for c in summary
-              if c["effect"]["estimate"] is not None for r in c["passes"]] if every_pass
-             else [abs(r["null"]) for r in used_rows])
+    # The comparison's width, by its cells' rule over the cells with an estimate.
+    nulls = stats.width_values(
+        [r["null"] for r in used_rows],
+        [r["null"] for c in summary if c["effect"]["estimate"] is not None
+         for r in c["passes"]] if every_pass else None)
     width = max(nulls) if nulls else None
     slot = stats.slot_effect([r["slot_medians"] for r in used_rows])
     return {
@@ -260,7 +266,7 @@ def summarize(archive: dict) -> dict:
     limits = limits_summary(ok)
     cases = proto.cases()
     attempts = _attempts(passes, [c.key for c in cases])
-    every_pass = archive["schema_version"] >= WIDTH_OF_EVERY_PASS
+    every_pass = counts_every_pass(archive)
     comparisons = [
         _comparison((proto.baseline, cand), cases, attempts, timing, retries,
                     list(proto.bands), proto.dispatch_margin,
