@@ -1,12 +1,12 @@
 """The fused route: RMSNorm of every q and k head row, then RoPE, in one launch.
 
 Each row is read once from memory and written once. The rotary pairs are loaded as tiles
-of their own. The norm's sum of squares runs the pairwise tree ``rms_norm`` runs over the
-whole row: with full rotary it is rebuilt from the pair tiles; with partial rotary the row
-is also loaded whole (its rotary span a second time, from L1) and summed in that very
-tree (``plan.Settings.whole_pass_tile``; off, the tree is rebuilt from the pair tiles and a
-pass-through tile). A rotary half that is not a power of two takes whole-row tiles only
-(``_fused_row_tile``). So the result is bit-identical to the split route
+of their own, each half padded to a power of two with masked lanes. The norm's sum of
+squares runs the pairwise tree ``rms_norm`` runs over the whole row: with full rotary and a
+power-of-two half it is rebuilt from the pair tiles; otherwise the row is also loaded whole
+(its rotary span a second time, from L1) and summed in that very tree (with partial rotary
+where ``plan.Settings.whole_pass_tile`` says so; off, the tree is rebuilt from the pair
+tiles and a pass-through tile). So the result is bit-identical to the split route
 (``split.qk_norm_rope_split``).
 """
 
@@ -60,11 +60,15 @@ def _fused_tile(
     x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
     T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
     stride_cs, stride_pos_axis, stride_pos_t,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr, WHOLE: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr,
+    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, R2B: tl.constexpr,
+    NEOX: tl.constexpr, OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
+    WHOLE_SET: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
+    # Whether the whole row is loaded and summed: with partial rotary where set, and for a
+    # rotary half that is no power of two, whose padded pair tiles hold no subtree of the
+    # row's.
+    WHOLE: tl.constexpr = (WHOLE_SET and R < D) or R2B != R2
     dtype = o_ptr.dtype.element_ty
     t, x_row, o_row, mask = _tile_rows(x_ptr, o_ptr, token_block, head_block, T, H, stride_xt,
                                        stride_xh, stride_ot, stride_oh, PDL, BT, BH)
@@ -73,12 +77,13 @@ def _fused_tile(
     # ptxas still issues their loads after the reduction (results/tuning/
     # 2026-12-04-kernel-ir-load-order.txt), and each way tried of forcing them earlier was
     # slower (docs/kernel-notes.md: volatile loads in a fixed order, the table early).
+    pairs = tl.arange(0, R2B) < R2  # the lanes that hold a pair
     c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, tl.arange(0, R2), None, R2, False,
-                          MROPE, BH)  # [BT, BH|1, R2]
-    i1, i2 = pair_offsets(R2, NEOX)
-    w1 = norm_weight(w_ptr, i1, i1 < D, OFFSET)
-    w2 = norm_weight(w_ptr, i2, i2 < D, OFFSET)
+                          stride_pos_axis, stride_pos_t, tl.arange(0, R2B), pairs, R2,
+                          R2B != R2, MROPE, BH)  # [BT, BH|1, R2B]
+    i1, i2 = pair_offsets(R2, R2B, NEOX)
+    w1 = norm_weight(w_ptr, i1, pairs, OFFSET)
+    w2 = norm_weight(w_ptr, i2, pairs, OFFSET)
     if R < D:
         dp = tl.arange(0, DB)
         wp = norm_weight(w_ptr, dp, (dp < D) if WHOLE else ((dp >= R) & (dp < D)), OFFSET)
@@ -86,8 +91,8 @@ def _fused_tile(
         # Only the rows may come from the kernel launched just before this one: wait for it
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
-    x1, x2 = load_pairs(x_row, mask, R2, R2, NEOX, BT, BH)  # [BT, BH, R2] each
-    if R < D:
+    x1, x2 = load_pairs(x_row, mask, R2, R2B, NEOX, BT, BH)  # [BT, BH, R2B] each
+    if R < D or WHOLE:
         # [BT, BH, DB]: the whole row, or only its pass-through channels (zero elsewhere).
         d = tl.arange(0, DB)[None, None, :]
         pass_mask = mask & (d >= R) & (d < D)
@@ -95,8 +100,14 @@ def _fused_tile(
         xp = tl.load(x_row + d, mask=load_mask, other=0.0).to(tl.float32)
     if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
-    if WHOLE and R < D:
-        sumsq = tl.reshape(pairwise_sum(xp * xp, DB, 1, BT, BH), (BT, BH))
+    if WHOLE:
+        # The tree over rows of shape [BT * BH, 1, DB]: the same sums, but its levels share no
+        # shape with the pair tiles. Under Triton 3.9 levels of [BT, BH, R2B] took the pair
+        # tiles into their layouts: some 1,800 spilled accesses a program at D = 256 /
+        # rotary 64 and at the padded pairs. Under 3.6 the PTX of every shipped tile is the
+        # same either way (docs/kernel-notes.md, the twenty-fourth session).
+        rows = tl.reshape(xp * xp, (BT * BH, 1, DB))
+        sumsq = tl.reshape(pairwise_sum(rows, DB, 1, BT * BH, 1), (BT, BH))
     else:
         sumsq = pairs_sumsq(x1, x2, R2, NEOX, BT, BH)  # [BT, BH]: the tree over [0, R)
     if R < D and not WHOLE:
@@ -112,62 +123,9 @@ def _fused_tile(
     y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
     y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
     o1, o2 = rotate(y1, y2, c, s, valid)
-    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, R2, NEOX, BT, BH)
+    store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, R2B, NEOX, BT, BH)
     if R < D:
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
-
-
-@triton.jit
-def _fused_row_tile(
-    x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, axis_ptr, token_block, head_block,
-    T, H, eps, max_pos, stride_xt, stride_xh, stride_ot, stride_oh,
-    stride_cs, stride_pos_axis, stride_pos_t,
-    D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, NEOX: tl.constexpr,
-    OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr,
-):
-    """``_fused_tile`` for a rotary half ``R2`` that is not a power of two, on whole-row
-    tiles only: each channel's rotary partner is loaded again (from L1) and normalised as
-    itself, so that no tile of another width (the pairs' padded one) meets the rows, and
-    the sum of squares is ``rms_norm``'s tree over the row. Each output channel is the very
-    arithmetic ``rotate`` does for it: ``x1 * c - x2 * s`` for a pair's first member,
-    ``x2 * c + x1 * s`` for its second."""
-    R: tl.constexpr = 2 * R2
-    dtype = o_ptr.dtype.element_ty
-    t, x_row, o_row, mask = _tile_rows(x_ptr, o_ptr, token_block, head_block, T, H, stride_xt,
-                                       stride_xh, stride_ot, stride_oh, PDL, BT, BH)
-    j = tl.arange(0, DB)
-    rotary = j < R
-    if NEOX:
-        second = (j >= R2) & rotary
-        pair = tl.where(second, j - R2, j)
-        partner = tl.where(second, j - R2, j + R2)
-    else:
-        second = (j % 2) == 1
-        pair = j // 2
-        partner = j ^ 1
-    partner = tl.where(rotary, partner, j)
-    c, s, valid = cos_sin(cs_ptr, pos_ptr, axis_ptr, t, T, max_pos, stride_cs,
-                          stride_pos_axis, stride_pos_t, pair, rotary, R2, True, MROPE,
-                          BH)  # [BT, BH|1, DB]
-    w = norm_weight(w_ptr, j, j < D, OFFSET)
-    w_partner = norm_weight(w_ptr, partner, rotary, OFFSET)
-    if PDL == 1:
-        tl.extra.cuda.gdc_wait()
-    d = j[None, None, :]
-    row_mask = mask & (d < D)
-    x = tl.load(x_row + d, mask=row_mask, other=0.0).to(tl.float32)
-    x_partner = tl.load(x_row + partner[None, None, :], mask=mask & rotary[None, None, :],
-                        other=0.0).to(tl.float32)
-    if PDL == 1:
-        tl.extra.cuda.gdc_launch_dependents()
-    rstd = inv_rms(tl.reshape(pairwise_sum(x * x, DB, 1, BT, BH), (BT, BH)), D, eps)
-    y = normalize(x, rstd, w, dtype)
-    y_partner = normalize(x_partner, rstd, w_partner, dtype).to(tl.float32)
-    yf = y.to(tl.float32)
-    turned = tl.where(second[None, None, :], yf * c + y_partner * s, yf * c - y_partner * s)
-    turned = tl.where(valid, turned, float("nan")).to(dtype)
-    tl.store(o_row + d, tl.where(rotary[None, None, :], turned, y), mask=row_mask)
 
 
 @triton.jit(do_not_specialize=["T", "max_pos", "stride_pos_axis", "q_programs",
@@ -187,27 +145,16 @@ def qk_norm_rope_kernel(
 ):
     pid = tl.program_id(0)
     is_q, tb, hb = qk_tile(pid, q_programs, QC, KC, q_head_blocks, k_head_blocks)
-    if R2B != R2:  # a rotary half that is not a power of two: whole-row tiles
-        if is_q:
-            _fused_row_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
-                            T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
-                            stride_cs, stride_pos_axis, stride_pos_t,
-                            D, DB, R2, NEOX, OFFSET, MROPE, PDL, BTQ, BHQ)
-        else:
-            _fused_row_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
-                            T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
-                            stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                            D, DB, R2, NEOX, OFFSET, MROPE, PDL, BTK, BHK)
-    elif is_q:
+    if is_q:
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
+                    D, DB, R2, R2B, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
+                    D, DB, R2, R2B, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
     if PREFETCH_PERIOD:  # noqa: SIM102 (compile time: no modulo by 0 to compile)
         # The first program of every PREFETCH_TOKENS tokens' tiles, its own tile stored,
         # asks the L2 for the table rows of the tokens ``prefetch_ahead`` such blocks on:
@@ -236,11 +183,10 @@ def fused_tiles(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_d
     variant 1, which keeps the larger programs; full rotary takes smaller programs where
     ``plan.few_programs`` says so; past the L2, k tiles of few tokens (``Settings``)."""
     s = plan.SETTINGS
-    # A rotary half that is not a power of two runs whole rows and their partners
-    # (``_fused_row_tile``), and takes partial rotary's program size.
-    rows_only = pair_width(rotary_dim) != rotary_dim
-    partial = rotary_dim < head_dim or rows_only
-    width = 2 * next_pow2(head_dim) if rows_only else rotary_dim + next_pow2(head_dim) * partial
+    # A rotary half that is not a power of two is padded, and its rows are loaded whole as
+    # partial rotary's are: it takes partial rotary's program size.
+    partial = rotary_dim < head_dim or pair_width(rotary_dim) != rotary_dim
+    width = pair_width(rotary_dim) + next_pow2(head_dim) * partial
     rows = tokens * (heads_q + heads_k) * head_dim * element_size
     k_ratio = s.k_token_ratio_past_l2 if plan.past_l2(rows, device) else 0
 

@@ -78,9 +78,10 @@ def token_head_base(ptr, t, h, stride_t, stride_h, T, H):
 
 
 @triton.jit
-def pair_offsets(R2: tl.constexpr, NEOX: tl.constexpr):
-    """Channel offsets ``[R2]`` of the first and second member of each rotary pair."""
-    i = tl.arange(0, R2)
+def pair_offsets(R2: tl.constexpr, R2B: tl.constexpr, NEOX: tl.constexpr):
+    """Channel offsets ``[R2B]`` of the first and second member of each rotary pair (``R2``
+    pairs, padded to ``R2B`` lanes)."""
+    i = tl.arange(0, R2B)
     if NEOX:
         return i, i + R2
     return 2 * i, 2 * i + 1

@@ -5,8 +5,8 @@ left behind.
     python scripts/bench_l2_policy.py [--out DIR] [--rounds 24] [--tokens 8192 ...]
         [--arms k-tiles|copies|copy-warps|pdl|prefetch|past-l2|programs|program-warps
                 |larger-programs|few-programs|tiles-3.8|norm|rope|async-table|table-cached
-                |persistent|k-ratio-cut|tma]
-        [--geometries d128|d128-dit|goals|qwen3|gqa8]
+                |persistent|k-ratio-cut|tma|odd-programs]
+        [--geometries d128|d128-dit|goals|qwen3|gqa8|odd]
         [--cold] [--route fused|split]
 
 Per shape, each arm is a CUDA graph of 32 launches on buffers of its own: the default plan
@@ -171,6 +171,15 @@ ARM_SETS = {  # --arms name -> {arm -> kernels.plan.Settings fields}
     "k-ratio-cut": {
         "default": {}, "default-again": {}, "cut-16": {"few_programs_k_ratio": 0},
     },
+    # Rotary halves of no power of two (``--geometries odd``), padded pair tiles beside the
+    # whole row in partial rotary's programs of 2048 elements (48 registers at Phi-3's
+    # (32,32) x 96 where the whole-row tiles of the build before took 72): programs of twice
+    # and of half that size.
+    "odd-programs": {
+        "default": {}, "default-again": {},
+        "e4096": {"partial_elems_per_program": 4096, **OWN_SIZE},
+        "e1024": {"partial_elems_per_program": 1024, **OWN_SIZE},
+    },
     # Tile choices measured while a tile of fewer than its tensor's heads divided by a
     # run-time head-block count (before 3.8), whose balance the constant divisors may move:
     # D = 256 / rotary 64 in two-warp programs of 8 rows or one-warp programs of 2, k tiles
@@ -230,13 +239,15 @@ def copy_arms(arms: str) -> dict[str, tuple[int, int | None] | None]:
 # in a k tile (1 and 2 k heads: (16,2) and (8,1) are in the shipped protocols, (32,4) is
 # Qwen3-30B-A3B's attention).
 GQA8_HEADS = ((8, 1), (16, 2), (32, 4))
+# Rotary halves of no power of two: Phi-3-mini's full 96 and StableLM's 20 of 80.
+ODD_ROTARY = (("phi3-32x32x96", 32, 32, 96, None), ("stablelm-32x32x80-r20", 32, 32, 80, 20))
 
 
 def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Shape]:
     """Tiny under --quick; else the prefill protocol's D = 128 GQA geometries at each of
     ``tokens`` (``d128``), with DiT (``d128-dit``), DiT and every prefill geometry at each
     of ``tokens`` (``goals``), the qwen3-decode protocol's four geometries (``qwen3``), or
-    the ``GQA8_HEADS`` geometries (``gqa8``)."""
+    the ``GQA8_HEADS`` geometries (``gqa8``) or the ``ODD_ROTARY`` ones (``odd``)."""
     from qkbench.case import Geometry
 
     if quick:
@@ -249,6 +260,8 @@ def shapes(quick: bool, tokens: list[int], geometries: str = "d128") -> list[Sha
     if geometries == "goals":
         return [dit_shape(), *(Shape(g, t, long_table) for t in tokens
                                for g in prefill.geometries)]
+    if geometries == "odd":
+        return [Shape(Geometry(*g), t, long_table) for t in tokens for g in ODD_ROTARY]
     if geometries == "gqa8":
         return [Shape(Geometry(f"gqa8-{hq}x{hk}", hq, hk, 128), t, long_table)
                 for t in tokens for hq, hk in GQA8_HEADS]
@@ -349,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visit", type=int, default=5)
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--arms", choices=sorted(ARM_SETS), default="k-tiles")
-    parser.add_argument("--geometries", choices=("d128", "d128-dit", "goals", "qwen3", "gqa8"),
+    parser.add_argument("--geometries",
+                        choices=("d128", "d128-dit", "goals", "qwen3", "gqa8", "odd"),
                         default="d128")
     parser.add_argument("--cold", action="store_true",
                         help="each arm cycles over buffer sets sweeping twice the L2")

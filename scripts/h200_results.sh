@@ -60,6 +60,12 @@
 # `tma` (2026-12-07, the twenty-first session): the rows moved by TMA boxes
 # (scripts/proto_tma.py) beside the fused kernel and the rows' copies, at DiT and the D = 128
 # prefill geometries, T = 8192 and 32768, hot and cold: about three minutes.
+# `odd` (the twenty-fourth session): the padded pair tiles for rotary halves of no power of
+# two, gated against the whole-row tiles before them (4b68606, tag `odd-rows`), hot and
+# cold, at results/h100/2026-12-07-odd-rotary/odd-rotary.toml; that protocol swept with the
+# split route; the program sizes beside partial rotary's (`--arms odd-programs`). Before it,
+# here: `git tag -f odd-rows 4b68606 && git bundle create inc.bundle kernels-3.13..odd-rows
+# odd-rows`, v313.bundle as for `v314a`, and that protocol copied into the root.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -72,7 +78,7 @@ large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 l2='python scripts/bench_l2_policy.py --rounds 24'
 smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a, v314a or tma} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a, v314a, tma or odd} in
     v312a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
@@ -98,6 +104,12 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "timeout 80 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --cold --out \$WORK/k-ratio-cut-cold" \
         'git clone -q v313.bundle /tmp/r313 && timeout 150 qkbench gate --against kernels-3.13 --repo /tmp/r313 --protocol gate-gqa8.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.13 --repo /tmp/r313 --protocol gate-gqa8.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' ;;
+    odd) bash "$here/gpu_jobs.sh" "$smi" \
+        'timeout 200 python -m pytest -q -p no:cacheprovider tests/test_qk_norm_rope.py tests/test_safety.py tests/test_variants.py > $WORK/pytest-gpu.txt 2>&1; rc=$?; tail -3 $WORK/pytest-gpu.txt; exit $rc' \
+        'git clone -q v313.bundle /tmp/rodd && git -C /tmp/rodd fetch -q $PWD/inc.bundle refs/tags/odd-rows:refs/tags/odd-rows && timeout 150 qkbench gate --against odd-rows --repo /tmp/rodd --protocol odd-rotary.toml --route fused --device cuda --out $WORK/gate-hot' \
+        'timeout 150 qkbench gate --against odd-rows --repo /tmp/rodd --protocol odd-rotary.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
+        "timeout 120 $sweep --protocol odd-rotary.toml --route split --route fused --out \$WORK/odd-rotary.json.gz" \
+        "timeout 90 $l2 --arms odd-programs --geometries odd --tokens 2048 8192 32768 --out \$WORK/odd-programs-hot" ;;
     tma) bash "$here/gpu_jobs.sh" "$smi" \
         "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --out \$WORK/tma-hot" \
         "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/tma-cold" ;;

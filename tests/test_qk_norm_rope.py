@@ -165,7 +165,9 @@ GPU_TILE_CASES = [
     case(tokens=t, head_dim=d, rotary_dim=r, heads_q=hq, heads_k=hk, weight_mode=w,
          inplace=inplace)
     for t in (1, 8, 64, 3000) for d, r, hq, hk, w, inplace in (
-        (128, 128, 32, 8, "plain", True), (256, 64, 24, 4, "offset", False))
+        (128, 128, 32, 8, "plain", True), (256, 64, 24, 4, "offset", False),
+        # rotary halves of no power of two, padded: Phi-3's full 96, StableLM's 20 of 80
+        (96, 96, 32, 32, "plain", True), (80, 20, 32, 8, "offset", False))
 ]
 
 

@@ -203,6 +203,22 @@ def test_l2_policy_gqa8_geometries_put_eight_times_a_q_tiles_tokens_in_a_k_tile(
         assert k.block_t == 8 * q.block_t, (g.name, q, k)
 
 
+def test_l2_policy_odd_programs_arms_double_and_halve_the_padded_launchs_programs():
+    from qkbench.kernels import plan
+    from qkbench.kernels.fused import fused_plans
+
+    bench = script("bench_l2_policy")
+    for s in bench.shapes(quick=False, tokens=[8192], geometries="odd"):
+        g = s.geometry
+        rows = {}
+        for arm, settings in bench.ARM_SETS["odd-programs"].items():
+            with plan.use(**settings):
+                q, _ = fused_plans(s.tokens, g.heads_q, g.heads_k, g.head_dim, g.rotary,
+                                   torch.device("cpu"))
+            rows[arm] = q.block_t * q.block_h
+        assert rows["e4096"] == 2 * rows["default"] == 4 * rows["e1024"], (g.name, rows)
+
+
 def test_l2_policy_quick_shape_runs_other_k_tiles_in_its_variant_arms():
     """The quick run exercises the rule past the L2: its arms plan different k tiles."""
     from qkbench.kernels import plan
