@@ -43,8 +43,8 @@ CPU_CASES = [
     case(head_dim=256, rotary_dim=64),
     case(head_dim=128, rotary_dim=32),
     case(head_dim=80, rotary_dim=16),
-    # Rotary halves that are not powers of two (whole-row tiles in the fused kernel): Phi-3's
-    # full 96, GPT-NeoX's 24 of 96, StableLM's 20 of 80.
+    # Rotary halves that are not powers of two (padded pair tiles beside the whole row in the
+    # fused kernel): Phi-3's full 96, GPT-NeoX's 24 of 96, StableLM's 20 of 80.
     case(head_dim=96),
     case(head_dim=96, rotary_dim=24, style="gptj"),
     case(head_dim=80, rotary_dim=20, inplace=False, weight_mode="offset"),
