@@ -6,10 +6,11 @@ they run exactly these functions on the same values:
 
 * The sum of squares is an explicit pairwise tree over the row in its natural channel
   order, each level adding adjacent pairs. A two-element sum is commutative, so no thread
-  layout the compiler picks can change the result. With full rotary the fused kernel
-  rebuilds that tree from the rotary halves it loads; with partial rotary it sums the
-  whole row as ``rms_norm`` does (``Settings.whole_pass_tile``; off, it rebuilds the tree
-  from the halves and the pass-through channels loaded apart).
+  layout the compiler picks can change the result. With full rotary and halves of a power
+  of two the fused kernel rebuilds that tree from the rotary halves it loads; with partial
+  rotary, or halves padded to a power of two, it sums the whole row as ``rms_norm`` does
+  (for partial rotary where ``Settings.whole_pass_tile`` says so; off, it rebuilds the
+  tree from the halves and the pass-through channels loaded apart).
 * The kernels are compiled without floating-point contraction (``enable_fp_fusion=False``,
   see ``COMPILE_OPTIONS``), so each multiply and add rounds on its own in both routes.
 
