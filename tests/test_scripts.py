@@ -397,9 +397,10 @@ def test_l2_policy_bench_cold_cycles_each_arm_over_sets_sweeping_twice_the_l2():
 CUDA_TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 # Compiles every ``kernel_ir`` case for sm_90 in a process of its own (kernel_ir answers
-# the plan's device queries as an H200's for the whole process), beside a control kernel
-# that divides by a run-time value, and prints each one's count of such divisions.
-KERNEL_IR_DIVISIONS = """
+# the plan's device queries as an H200's for the whole process), beside two controls: a
+# kernel that divides by a run-time value, and one whose tile cannot fit under its register
+# cap. Prints, per case, its divisions by a run-time value and its spilled accesses.
+KERNEL_IR_COUNTS = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import kernel_ir
@@ -413,24 +414,60 @@ def divides_by_a_run_time_value(x_ptr, n):
     tl.store(x_ptr + pid, pid // n)
 
 
-def divisions(kernel, args, warps):
-    return kernel_ir.ir_counts(kernel_ir.compile_for_sm90(kernel, args, warps))["divisions"]
+@triton.jit
+def holds_a_tile_past_its_cap(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(x_ptr + offs, x / tl.sum(x * x, axis=0))
 
 
-rows = {label: divisions(k, a, w) for label, k, a, w in kernel_ir.CASES}
-rows["control"] = divisions(divides_by_a_run_time_value, dict(x_ptr="*i32", n=3), 1)
+def row(kernel, args, warps, **options):
+    compiled = kernel_ir.compile_for_sm90(kernel, args, warps, **options)
+    sass = kernel_ir.counts(compiled)
+    return {"divisions": sass["divisions"], "spills": sass["spills"]}
+
+
+rows = {label: row(k, a, w) for label, k, a, w in kernel_ir.CASES}
+rows["control: divides"] = row(divides_by_a_run_time_value, dict(x_ptr="*i32", n=3), 1)
+rows["control: capped"] = row(holds_a_tile_past_its_cap, dict(x_ptr="*fp32", BLOCK=4096), 1,
+                              maxnreg=32)
 print(json.dumps(rows))
 """
 
+needs_ptxas = pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(),
+                                 reason="needs Triton's CUDA backend")
 
-@pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(), reason="needs Triton's CUDA backend")
-def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(tmp_path, sm90_cache):
+
+@pytest.fixture(scope="module")
+def sm90_counts(tmp_path_factory, sm90_cache) -> dict[str, dict[str, int]]:
+    """``KERNEL_IR_COUNTS``'s rows, compiled once for the module's tests."""
+    return kernel_ir_program(tmp_path_factory.mktemp("counts"), sm90_cache, KERNEL_IR_COUNTS)
+
+
+@needs_ptxas
+def test_no_kernel_divides_by_a_run_time_value_before_it_finds_its_tile(sm90_counts):
     """A tile of fewer heads than its tensor found its token block by dividing by a
     run-time head-block count (some 20 dependent instructions and a reciprocal before the
     first load; 3-7 % of a decode launch on the H200): every divisor is now a constant."""
-    rows = kernel_ir_program(tmp_path, sm90_cache, KERNEL_IR_DIVISIONS)
-    assert rows.pop("control") > 0  # the count sees a division by a run-time value
+    rows = {label: c["divisions"] for label, c in sm90_counts.items()}
+    assert rows.pop("control: divides") > 0  # the count sees a division by a run-time value
+    rows.pop("control: capped")
     assert any(label.startswith("fused DiT") for label in rows)  # a tile of 8 heads of 24
+    assert rows == dict.fromkeys(rows, 0)
+
+
+@needs_ptxas
+def test_no_shipped_kernel_spills_registers_under_this_triton(sm90_counts):
+    """Under Triton 3.9 the D = 256 / rotary 64 launches once compiled with some 1,800
+    spilled accesses a program (a layout pass took the pair tiles into the row tree's
+    layouts; docs/kernel-notes.md, the twenty-fourth session), where the devices' Triton 3.6
+    spilled none: whatever Triton this suite runs, no shipped launch spills. The rebuilt
+    tree (``Settings.whole_pass_tile`` off) is not shipped."""
+    rows = {label: c["spills"] for label, c in sm90_counts.items()
+            if "tree rebuilt" not in label}
+    assert rows.pop("control: capped") > 0  # the count sees a tile spilled past its cap
+    rows.pop("control: divides")
+    assert any("x256/r64 T=8192" in label for label in rows)
     assert rows == dict.fromkeys(rows, 0)
 
 
@@ -493,7 +530,7 @@ def kernel_ir_program(tmp_path, cache: Path, text: str) -> dict:
     return json.loads(out)
 
 
-@pytest.mark.skipif(not (CUDA_TOOLS / "ptxas").exists(), reason="needs Triton's CUDA backend")
+@needs_ptxas
 def test_the_layer_benchs_twins_compile_to_the_kernels_own_ptx(tmp_path, sm90_cache):
     """A twin differs from the kernel it times only in being a compiled kernel of its own:
     num_stages, which tells them apart, changes none of the kernels' PTX (they have no
