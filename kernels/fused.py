@@ -25,8 +25,10 @@ from .tiles import (
     cos_sin,
     inv_rms,
     load_pairs,
+    nan_unless,
     norm_weight,
     normalize,
+    normalize_fp32,
     pair_offsets,
     pairs_sumsq,
     pairwise_sum,
@@ -35,6 +37,7 @@ from .tiles import (
     rotate,
     store_pairs,
     tile_coords,
+    to_fp32,
     token_head_base,
 )
 
@@ -62,7 +65,7 @@ def _fused_tile(
     stride_cs, stride_pos_axis, stride_pos_t,
     D: tl.constexpr, DB: tl.constexpr, R2: tl.constexpr, R2B: tl.constexpr,
     NEOX: tl.constexpr, OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
-    WHOLE_SET: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+    WHOLE_SET: tl.constexpr, PTX: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
 ):
     R: tl.constexpr = 2 * R2
     # Whether the whole row is loaded and summed: with partial rotary where set, and for a
@@ -92,6 +95,7 @@ def _fused_tile(
         # here, and let the next kernel start its own prologue meanwhile.
         tl.extra.cuda.gdc_wait()
     x1, x2 = load_pairs(x_row, mask, R2, R2B, NEOX, BT, BH)  # [BT, BH, R2B] each
+    x1, x2 = to_fp32(x1, PTX), to_fp32(x2, PTX)
     if R < D or WHOLE:
         # [BT, BH, DB]: the whole row, or only its pass-through channels (zero elsewhere).
         d = tl.arange(0, DB)[None, None, :]
@@ -120,9 +124,18 @@ def _fused_tile(
         sumsq = tl.reshape(pairwise_sum(blocks, DB // R, 1, BT, BH), (BT, BH))
     rstd = inv_rms(sumsq, D, eps)
 
-    y1 = normalize(x1.to(tl.float32), rstd, w1, dtype)
-    y2 = normalize(x2.to(tl.float32), rstd, w2, dtype)
-    o1, o2 = rotate(y1, y2, c, s, valid)
+    # An out-of-range position's NaN enters its rotary channels through the rstd of their
+    # row (with MROPE, per lane, through the table's lanes): a select per row, not per
+    # channel (the per-channel selects were a sixth of the ALU pipe's work at D = 128).
+    # Selected as [BT, BH], in rstd's own layout: Triton loads the positions again for it
+    # (from L1) rather than hold them, and the DiT tiles keep 64 registers, not 71.
+    if MROPE:
+        c, s, rstd_rotary = nan_unless(valid, c), nan_unless(valid, s), rstd
+    else:
+        rstd_rotary = nan_unless(tl.reshape(valid, (BT, 1)), rstd)
+    y1 = normalize_fp32(x1, rstd_rotary[:, :, None], w1, dtype, PTX)
+    y2 = normalize_fp32(x2, rstd_rotary[:, :, None], w2, dtype, PTX)
+    o1, o2 = rotate(y1, y2, c, s)
     store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, R2B, NEOX, BT, BH)
     if R < D:
         tl.store(o_row + d, normalize(xp, rstd, wp, dtype), mask=pass_mask)
@@ -141,7 +154,7 @@ def qk_norm_rope_kernel(
     NEOX: tl.constexpr, OFFSET: tl.constexpr, MROPE: tl.constexpr, PDL: tl.constexpr,
     WHOLE: tl.constexpr, BTQ: tl.constexpr, BHQ: tl.constexpr, BTK: tl.constexpr, BHK: tl.constexpr,
     QC: tl.constexpr, KC: tl.constexpr, PREFETCH_PERIOD: tl.constexpr,
-    PREFETCH_TOKENS: tl.constexpr, PREFETCH_ASM: tl.constexpr,
+    PREFETCH_TOKENS: tl.constexpr, PTX: tl.constexpr,
 ):
     pid = tl.program_id(0)
     is_q, tb, hb = qk_tile(pid, q_programs, QC, KC, q_head_blocks, k_head_blocks)
@@ -149,12 +162,12 @@ def qk_norm_rope_kernel(
         _fused_tile(q_ptr, qo_ptr, qw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HQ, eps, max_pos, stride_qt, stride_qh, stride_qot, stride_qoh,
                     stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, R2B, NEOX, OFFSET, MROPE, PDL, WHOLE, BTQ, BHQ)
+                    D, DB, R2, R2B, NEOX, OFFSET, MROPE, PDL, WHOLE, PTX, BTQ, BHQ)
     else:
         _fused_tile(k_ptr, ko_ptr, kw_ptr, cs_ptr, pos_ptr, axis_ptr, tb, hb,
                     T, HK, eps, max_pos, stride_kt, stride_kh, stride_kot,
                     stride_koh, stride_cs, stride_pos_axis, stride_pos_t,
-                    D, DB, R2, R2B, NEOX, OFFSET, MROPE, PDL, WHOLE, BTK, BHK)
+                    D, DB, R2, R2B, NEOX, OFFSET, MROPE, PDL, WHOLE, PTX, BTK, BHK)
     if PREFETCH_PERIOD:  # noqa: SIM102 (compile time: no modulo by 0 to compile)
         # The first program of every PREFETCH_TOKENS tokens' tiles, its own tile stored,
         # asks the L2 for the table rows of the tokens ``prefetch_ahead`` such blocks on:
@@ -163,7 +176,7 @@ def qk_norm_rope_kernel(
         if pid % PREFETCH_PERIOD == 0:
             prefetch_table(cs_ptr, pos_ptr, pid // PREFETCH_PERIOD + prefetch_ahead, T,
                            max_pos, stride_cs, stride_pos_t, R2, R2B, PREFETCH_TOKENS,
-                           PREFETCH_ASM)
+                           PTX)
 
 
 def fused_plans(tokens: int, heads_q: int, heads_k: int, head_dim: int, rotary_dim: int,
@@ -243,7 +256,8 @@ def fused_launch(call: RopeCall, eps: float, offset: bool, pdl_variant: int,
          offset, call.axis_map is not None,
          pdl_variant, plan.SETTINGS.whole_pass_tile,
          plan_q.block_t, plan_q.block_h, plan_k.block_t, plan_k.block_h, q_chunk, k_chunk,
-         # The prefetch is inline PTX: CUDA only, not ROCm nor the interpreter.
+         # Inline PTX (the prefetch, the packed rounding): CUDA only, not ROCm nor the
+         # interpreter.
          period, plan.PREFETCH_TOKENS, q.is_cuda and torch.version.hip is None),
         # launch_pdl only when asked for: a Triton older than 3.3 rejects the option.
         {"num_warps": max(plan_q.num_warps, plan_k.num_warps), **COMPILE_OPTIONS,

@@ -14,6 +14,7 @@ from .tiles import (
     COMPILE_OPTIONS,
     cos_sin,
     load_pairs,
+    nan_unless,
     qk_tile,
     rotate,
     store_pairs,
@@ -40,7 +41,7 @@ def _rope_tile(
                           stride_pos_axis, stride_pos_t, i, i < R2, R2, R2B != R2, MROPE,
                           BH)  # [BT, BH|1, R2B]
     x1, x2 = load_pairs(x_row, mask, R2, R2B, NEOX, BT, BH)  # [BT, BH, R2B] each
-    o1, o2 = rotate(x1, x2, c, s, valid)
+    o1, o2 = rotate(x1, x2, nan_unless(valid, c), nan_unless(valid, s))
     dtype = o_ptr.dtype.element_ty
     store_pairs(o_row, mask, o1.to(dtype), o2.to(dtype), R2, R2B, NEOX, BT, BH)
     if PB > 0:

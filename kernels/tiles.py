@@ -59,14 +59,47 @@ def normalize(x, rstd, w, dtype: tl.constexpr):
 
 
 @triton.jit
-def rotate(x1, x2, c, s, valid):
-    """Rotate the pairs ``(x1, x2)`` by the angle whose cosine and sine are ``c, s``; NaN
-    where the position was not ``valid``."""
+def to_fp32(x, PTX: tl.constexpr):
+    """``x`` as fp32: bf16 with ``PTX`` two at a time, a shift and a mask, where the compiler
+    takes a byte permute, a shift and a shift for the pair."""
+    if PTX and x.dtype == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            "{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000; }",
+            "=r,=r,r", [x], dtype=tl.float32, is_pure=True, pack=2)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def normalize_fp32(x, scale, w, dtype: tl.constexpr, PTX: tl.constexpr):
+    """``normalize`` of ``x`` by its rows' ``scale: [BT, BH, 1]`` (their rstd), read back
+    as fp32 as the split route's rotation reads it. For bf16 with ``PTX`` (inline PTX
+    allowed: CUDA, not the interpreter), two elements at a time by the packed conversion
+    the stores use and two bit operations; the compiler's own round trip takes a
+    conversion-unit instruction (an eighth of the FMA rate) per element. Both round to
+    nearest even, so the bits are the same."""
+    y = x * scale * w
+    if PTX and dtype == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b32 t; cvt.rn.bf16x2.f32 t, $3, $2; shl.b32 $0, t, 16; "
+            "and.b32 $1, t, 0xffff0000; }",
+            "=r,=r,r,r", [y], dtype=tl.float32, is_pure=True, pack=2)
+    return y.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def rotate(x1, x2, c, s):
+    """Rotate the pairs ``(x1, x2)`` by the angle whose cosine and sine are ``c, s``. A NaN
+    in any of them makes both members NaN: that is how an out-of-range position's NaN
+    reaches its rotary channels (``nan_unless``), in both routes by the same arithmetic."""
     x1 = x1.to(tl.float32)
     x2 = x2.to(tl.float32)
-    o1 = tl.where(valid, x1 * c - x2 * s, float("nan"))
-    o2 = tl.where(valid, x2 * c + x1 * s, float("nan"))
-    return o1, o2
+    return x1 * c - x2 * s, x2 * c + x1 * s
+
+
+@triton.jit
+def nan_unless(valid, x):
+    """``x`` where ``valid``, else NaN."""
+    return tl.where(valid, x, float("nan"))
 
 
 @triton.jit

@@ -67,6 +67,15 @@
 # route; the program sizes beside partial rotary's (`--arms odd-programs`). Before it,
 # here: `git tag -f odd-rows 4b68606 && git bundle create inc.bundle kernels-3.13..odd-rows
 # odd-rows`, v313.bundle as for `v314a`, and that protocol copied into the root.
+# `v316a` (the twenty-fifth session): kernels 3.16, the fused kernel's instructions cut (the
+# H200's Nsight Compute read of 3.12 found its SMs issuing 50-56 % of cycles, its ALU pipe
+# busy 42-47 % and the conversion unit 22-25 %, where the rows' copy issues 5 %): the GPU
+# tests of the kernels' bits and safety, then 3.16 gated against 3.15 (tag `kernels-3.15`
+# = 216eb94) hot and cold at results/h200/2026-12-08-v316a/gate-lean.toml, then the
+# bench's `k-ratio-cut` arms of `v314a` (3.14's rule beside 3.13's in one kernel, so
+# 3.16 does not confound them), then Nsight Compute at the goal cells. Before it, here:
+# `git tag -f kernels-3.15 216eb94 && git bundle create inc.bundle kernels-3.13..kernels-3.15
+# kernels-3.15`, v313.bundle as for `v314a`, and that protocol copied into the root.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -79,7 +88,7 @@ large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 l2='python scripts/bench_l2_policy.py --rounds 24'
 smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a, v314a, tma or odd} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a, v314a, v316a, tma or odd} in
     v312a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
@@ -111,6 +120,13 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         'timeout 150 qkbench gate --against odd-rows --repo /tmp/rodd --protocol odd-rotary.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
         "timeout 120 $sweep --protocol odd-rotary.toml --route split --route fused --out \$WORK/odd-rotary.json.gz" \
         "timeout 90 $l2 --arms odd-programs --geometries odd --tokens 2048 8192 32768 --out \$WORK/odd-programs-hot" ;;
+    v316a) bash "$here/gpu_jobs.sh" "$smi" \
+        'timeout 170 python -m pytest -q -p no:cacheprovider -n 4 tests/test_qk_norm_rope.py tests/test_safety.py > $WORK/pytest-gpu.txt 2>&1; rc=$?; tail -3 $WORK/pytest-gpu.txt; exit $rc' \
+        'git clone -q v313.bundle /tmp/r316 && git -C /tmp/r316 fetch -q $PWD/inc.bundle refs/tags/kernels-3.15:refs/tags/kernels-3.15 && timeout 130 qkbench gate --against kernels-3.15 --repo /tmp/r316 --protocol gate-lean.toml --route fused --device cuda --out $WORK/gate-hot' \
+        'timeout 130 qkbench gate --against kernels-3.15 --repo /tmp/r316 --protocol gate-lean.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
+        "timeout 60 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --out \$WORK/k-ratio-cut-hot" \
+        "timeout 50 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --cold --out \$WORK/k-ratio-cut-cold" \
+        'timeout 100 python scripts/ncu_goal_cells.py --out $WORK/ncu --cache all' ;;
     tma) bash "$here/gpu_jobs.sh" "$smi" \
         "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --out \$WORK/tma-hot" \
         "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/tma-cold" ;;

@@ -153,7 +153,7 @@ def fused_case(label: str, t: int, hq: int, hk: int, d: int, r: int, neox=True,
                 BTQ=plan_q.block_t,
                 BHQ=plan_q.block_h, BTK=plan_k.block_t,
                 BHK=plan_k.block_h, PREFETCH_PERIOD=period, prefetch_ahead=ahead,
-                PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PREFETCH_ASM=True)
+                PREFETCH_TOKENS=plan.PREFETCH_TOKENS, PTX=True)
     tiles = f"({plan_q.block_t},{plan_q.block_h})/({plan_k.block_t},{plan_k.block_h})"
     warps = max(plan_q.num_warps, plan_k.num_warps)
     return f"{label}: {tiles}, {warps} warps", qk_norm_rope_kernel, args, warps

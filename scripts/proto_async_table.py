@@ -29,7 +29,15 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
 from qkbench.kernels import plan
 from qkbench.kernels.fused import fused_tiles
-from qkbench.kernels.tiles import inv_rms, norm_weight, normalize, pairs_sumsq, qk_tile, rotate
+from qkbench.kernels.tiles import (
+    inv_rms,
+    nan_unless,
+    norm_weight,
+    normalize,
+    pairs_sumsq,
+    qk_tile,
+    rotate,
+)
 
 VARIANTS = {"sync": 0, "async": 1, "async-rows": 2}
 # Persistent variants: programs a multiprocessor.
@@ -112,7 +120,8 @@ def _tile(x_ptr, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
         c = tab.slice(0, R2, dim=1).load(LC)
         s = tab.slice(R2, R2, dim=1).load(LC)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
-    o1, o2 = rotate(y1, y2, gl.expand_dims(c, 1), gl.expand_dims(s, 1), v3)
+    o1, o2 = rotate(y1, y2, nan_unless(v3, gl.expand_dims(c, 1)),
+                    nan_unless(v3, gl.expand_dims(s, 1)))
     gl.store(o_row + i3, o1.to(dtype), mask=mask)
     gl.store(o_row + R2 + i3, o2.to(dtype), mask=mask)
 
@@ -352,8 +361,8 @@ def _finish(rows, tab, o_ptr, w_ptr, pos_ptr, item, T, H: gl.constexpr, eps, max
         x2 = block.slice(R2, R2, dim=2).load(L3).to(gl.float32)
         sumsq = pairs_sumsq(x1, x2, R2, True, BT, BH)
         rstd = gl.convert_layout(inv_rms(sumsq, D, eps), gl.SliceLayout(2, L3))
-        o1, o2 = rotate(normalize(x1, rstd, w1, dtype), normalize(x2, rstd, w2, dtype), c, s,
-                        v3)
+        o1, o2 = rotate(normalize(x1, rstd, w1, dtype), normalize(x2, rstd, w2, dtype),
+                        nan_unless(v3, c), nan_unless(v3, s))
         o_row = o_ptr + t3.to(gl.int64) * stride_ot + h3.to(gl.int64) * stride_oh
         mask = (t3 < T) & (h3 < H)
         gl.store(o_row + i3, o1.to(dtype), mask=mask)

@@ -36,6 +36,7 @@ from qkbench.kernels.fused import fused_tiles
 from qkbench.kernels.tiles import (
     COMPILE_OPTIONS,
     inv_rms,
+    nan_unless,
     norm_weight,
     normalize,
     pairs_sumsq,
@@ -112,7 +113,8 @@ def _tma_tile(xd, od, o_ptr, w_ptr, cs_ptr, pos_ptr, tb, hb, T, H, eps, max_pos,
     x2 = s2.load(L3).to(gl.float32)
     sumsq = pairs_sumsq(x1, x2, R2, True, BT, BH)
     rstd = gl.convert_layout(inv_rms(sumsq, D, eps), gl.SliceLayout(2, L3))
-    o1, o2 = rotate(normalize(x1, rstd, w1, dtype), normalize(x2, rstd, w2, dtype), c, s, v3)
+    o1, o2 = rotate(normalize(x1, rstd, w1, dtype), normalize(x2, rstd, w2, dtype),
+                    nan_unless(v3, c), nan_unless(v3, s))
     if TMA_STORE:
         # The halves go back through the buffers they came in by (the clipping is the mask).
         gl.thread_barrier()
