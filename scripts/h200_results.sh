@@ -76,6 +76,9 @@
 # 3.16 does not confound them), then Nsight Compute at the goal cells. Before it, here:
 # `git tag -f kernels-3.15 216eb94 && git bundle create inc.bundle kernels-3.13..kernels-3.15
 # kernels-3.15`, v313.bundle as for `v314a`, and that protocol copied into the root.
+# `v316b`, straight after `v316a` on the same machine (it stops at once if that call's GPU
+# tests failed): the shipped protocols' goal cells at 3.16 (DiT; prefill hot at D = 128,
+# T = 8192 and 32768; prefill cold at T = 8192) and the two text decode protocols.
 # A sweep cut by the call's limit resumes with the same arguments and `--resume`.
 set -u
 : "${QKBENCH_GIT_COMMIT:?the commit this tree is}"
@@ -88,7 +91,7 @@ large='--samples 30 --warmup 5 --inner-reps 8'
 textdecode="$sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz"
 l2='python scripts/bench_l2_policy.py --rounds 24'
 smi='nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,driver_version --format=csv'
-case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a, v314a, v316a, tma or odd} in
+case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d, v35, v35b, v312a, v312d-g, v313a, v314a, v316a, v316b, tma or odd} in
     v312a) bash "$here/gpu_jobs.sh" "$smi" \
         'git clone -q v310.bundle /tmp/r310 && timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --device cuda --out $WORK/gate-hot' \
         'timeout 150 qkbench gate --against kernels-3.10 --repo /tmp/r310 --protocol gate-few.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
@@ -127,6 +130,13 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
         "timeout 60 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --out \$WORK/k-ratio-cut-hot" \
         "timeout 50 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --cold --out \$WORK/k-ratio-cut-cold" \
         'timeout 100 python scripts/ncu_goal_cells.py --out $WORK/ncu --cache all' ;;
+    v316b) if grep -qE "failed|error" /tmp/qkbench-jobs/pytest-gpu.txt 2>/dev/null; then
+            echo "v316a's GPU tests failed: not timing 3.16"; exit 4; fi
+        bash "$here/gpu_jobs.sh" "$smi" \
+        "timeout 100 $sweep --protocol dit --route split --route fused --route fused-pdl --out \$WORK/dit.json.gz" \
+        "timeout 120 $sweep --protocol prefill --route split --route fused --cache cold --tokens 8192 --out \$WORK/prefill-cold-8192.json.gz" \
+        "timeout 230 $sweep --protocol prefill --route split --route fused --route fused-pdl --tokens 8192 --tokens 32768 --geometry qwen3-32x8 --geometry qwen3-16x2 --out \$WORK/prefill-d128.json.gz" \
+        "timeout 60 $sweep --protocol text-decode --route split --route fused --route fused-pdl --isolation inprocess --samples 60 --out \$WORK/text-decode.json.gz" ;;
     tma) bash "$here/gpu_jobs.sh" "$smi" \
         "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --out \$WORK/tma-hot" \
         "timeout 90 $l2 --arms tma --geometries d128-dit --tokens 8192 32768 --cold --out \$WORK/tma-cold" ;;
