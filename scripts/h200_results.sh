@@ -75,7 +75,9 @@
 # bench's `k-ratio-cut` arms of `v314a` (3.14's rule beside 3.13's in one kernel, so
 # 3.16 does not confound them), then Nsight Compute at the goal cells. Before it, here:
 # `git tag -f kernels-3.15 216eb94 && git bundle create inc.bundle kernels-3.13..kernels-3.15
-# kernels-3.15`, v313.bundle as for `v314a`, and that protocol copied into the root.
+# kernels-3.15`, v313.bundle as for `v314a`, and that protocol copied into the root. Its
+# first three jobs ran on an H100 on 2026-12-08 (results/h100/2026-12-08-lean/; the cold
+# gate of 16 cells was cut after two passes: on the H200 run it at gate-lean-cold.toml).
 # `v316b`, straight after `v316a` on the same machine (it stops at once if that call's GPU
 # tests failed): the shipped protocols' goal cells at 3.16 (DiT; prefill hot at D = 128,
 # T = 8192 and 32768; prefill cold at T = 8192) and the two text decode protocols.
@@ -126,7 +128,7 @@ case ${1:?method, rest, tune, next, partial, last, decode, v34, v34b, v34c, v34d
     v316a) bash "$here/gpu_jobs.sh" "$smi" \
         'timeout 170 python -m pytest -q -p no:cacheprovider -n 4 tests/test_qk_norm_rope.py tests/test_safety.py > $WORK/pytest-gpu.txt 2>&1; rc=$?; tail -3 $WORK/pytest-gpu.txt; exit $rc' \
         'git clone -q v313.bundle /tmp/r316 && git -C /tmp/r316 fetch -q $PWD/inc.bundle refs/tags/kernels-3.15:refs/tags/kernels-3.15 && timeout 130 qkbench gate --against kernels-3.15 --repo /tmp/r316 --protocol gate-lean.toml --route fused --device cuda --out $WORK/gate-hot' \
-        'timeout 130 qkbench gate --against kernels-3.15 --repo /tmp/r316 --protocol gate-lean.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
+        'timeout 130 qkbench gate --against kernels-3.15 --repo /tmp/r316 --protocol gate-lean-cold.toml --route fused --cache cold --device cuda --out $WORK/gate-cold' \
         "timeout 60 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --out \$WORK/k-ratio-cut-hot" \
         "timeout 50 $l2 --arms k-ratio-cut --geometries gqa8 --tokens 2048 4096 8192 --cold --out \$WORK/k-ratio-cut-cold" \
         'timeout 100 python scripts/ncu_goal_cells.py --out $WORK/ncu --cache all' ;;
