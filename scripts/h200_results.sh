@@ -71,13 +71,14 @@
 # H200's Nsight Compute read of 3.12 found its SMs issuing 50-56 % of cycles, its ALU pipe
 # busy 42-47 % and the conversion unit 22-25 %, where the rows' copy issues 5 %): the GPU
 # tests of the kernels' bits and safety, then 3.16 gated against 3.15 (tag `kernels-3.15`
-# = 216eb94) hot and cold at results/h200/2026-12-08-v316a/gate-lean.toml, then the
+# = 216eb94) hot at results/h200/2026-12-08-v316a/gate-lean.toml and cold at
+# gate-lean-cold.toml beside it (the large-T cells only), then the
 # bench's `k-ratio-cut` arms of `v314a` (3.14's rule beside 3.13's in one kernel, so
 # 3.16 does not confound them), then Nsight Compute at the goal cells. Before it, here:
 # `git tag -f kernels-3.15 216eb94 && git bundle create inc.bundle kernels-3.13..kernels-3.15
-# kernels-3.15`, v313.bundle as for `v314a`, and that protocol copied into the root. Its
-# first three jobs ran on an H100 on 2026-12-08 (results/h100/2026-12-08-lean/; the cold
-# gate of 16 cells was cut after two passes: on the H200 run it at gate-lean-cold.toml).
+# kernels-3.15`, v313.bundle as for `v314a`, and both protocols copied into the root. Its
+# first three jobs ran on an H100 on 2026-12-08 (results/h100/2026-12-08-lean/; there the
+# cold gate was still of all 16 cells, and was cut after two passes).
 # `v316b`, straight after `v316a` on the same machine (it stops at once if that call's GPU
 # tests failed): the shipped protocols' goal cells at 3.16 (DiT; prefill hot at D = 128,
 # T = 8192 and 32768; prefill cold at T = 8192) and the two text decode protocols.
