@@ -223,14 +223,19 @@ CASES = [
 ]
 
 
-def main() -> None:
-    rows = [(label, counts(compile_for_sm90(kernel, args, warps)))
-            for label, kernel, args, warps in CASES]
+def table(rows: list[tuple[str, dict]]) -> str:
+    """A Markdown table of ``(label, counts)`` rows, one column per count."""
     keys = list(rows[0][1])
-    print("| kernel, tiles | " + " | ".join(keys) + " |")
-    print("|---" * (len(keys) + 1) + "|")
-    for label, c in rows:
-        print(f"| {label} | " + " | ".join(str(c[k]) for k in keys) + " |")
+    return "\n".join([
+        "| kernel, tiles | " + " | ".join(keys) + " |",
+        "|---" * (len(keys) + 1) + "|",
+        *(f"| {label} | " + " | ".join(str(c[k]) for k in keys) + " |" for label, c in rows),
+    ])
+
+
+def main() -> None:
+    print(table([(label, counts(compile_for_sm90(kernel, args, warps)))
+                 for label, kernel, args, warps in CASES]))
 
 
 if __name__ == "__main__":

@@ -27,13 +27,9 @@ def census(sass: str) -> dict[str, int]:
 
 
 def main() -> None:
-    rows = [(label, census(kernel_ir.cuobjdump(kernel_ir.compile_for_sm90(k, a, w), "-sass")))
-            for label, k, a, w in kernel_ir.CASES if not label.startswith("rows copy")]
-    keys = list(rows[0][1])
-    print("| kernel, tiles | " + " | ".join(keys) + " |")
-    print("|---" * (len(keys) + 1) + "|")
-    for label, c in rows:
-        print(f"| {label} | " + " | ".join(str(c[k]) for k in keys) + " |")
+    print(kernel_ir.table([
+        (label, census(kernel_ir.cuobjdump(kernel_ir.compile_for_sm90(k, a, w), "-sass")))
+        for label, k, a, w in kernel_ir.CASES if not label.startswith("rows copy")]))
 
 
 if __name__ == "__main__":
