@@ -128,7 +128,7 @@ def _fused_tile(
     # row (with MROPE, per lane, through the table's lanes): a select per row, not per
     # channel (the per-channel selects were a sixth of the ALU pipe's work at D = 128).
     # Selected as [BT, BH], in rstd's own layout: Triton loads the positions again for it
-    # (from L1) rather than hold them, and the DiT tiles keep 64 registers, not 71.
+    # (from L1) rather than hold them, and the DiT tiles take 60 registers, not 71.
     if MROPE:
         c, s, rstd_rotary = nan_unless(valid, c), nan_unless(valid, s), rstd
     else:
